@@ -1,0 +1,1 @@
+"""Compatibility shims for code written against other fusion frontends."""

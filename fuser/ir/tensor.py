@@ -1,0 +1,53 @@
+"""TensorView: a tensor value in a fusion, described by its TensorDomain."""
+from __future__ import annotations
+
+from typing import Sequence
+
+from .base import Val
+from .domain import IterDomain, MemoryType, TensorDomain
+from .dtype import DataType
+
+
+class TensorView(Val):
+    """A tensor: its dtype, its domains (root, logical, allocation, loop), where it lives."""
+
+    kind = "tv"
+
+    def __init__(self, domain: TensorDomain, dtype: DataType, memory_type: MemoryType = MemoryType.Local) -> None:
+        if dtype is DataType.Null:
+            raise TypeError("a TensorView needs a concrete dtype, not DataType.Null")
+        super().__init__(dtype)
+        self.domain = domain
+        self.memory_type = memory_type
+
+    @classmethod
+    def from_ids(cls, ids: Sequence[IterDomain], dtype: DataType, **domain_kwargs) -> "TensorView":
+        return cls(TensorDomain(ids, **domain_kwargs), dtype)
+
+    # --- the user's view ------------------------------------------------------------
+    @property
+    def logical(self) -> list[IterDomain]:
+        return self.domain.logical
+
+    @property
+    def root(self) -> list[IterDomain]:
+        return self.domain.maybe_root
+
+    @property
+    def allocation(self) -> list[IterDomain]:
+        return self.domain.maybe_allocation
+
+    @property
+    def loop(self) -> list[IterDomain]:
+        return self.domain.loop
+
+    def logical_no_reductions(self) -> list[IterDomain]:
+        """The axes of the tensor a user gets back (reduction axes are gone)."""
+        return self.domain.no_reductions()
+
+    @property
+    def ndim(self) -> int:
+        return len(self.logical_no_reductions())
+
+    def axis(self, i: int) -> IterDomain:
+        return self.loop[i]

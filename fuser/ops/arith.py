@@ -1,0 +1,265 @@
+"""Elementwise builders: unary, binary and ternary ops, casts, and their composites."""
+from __future__ import annotations
+
+from typing import Sequence, Union
+
+from fuser.ir import (
+    BinaryOp,
+    BinaryOpType,
+    DataType,
+    IterDomain,
+    IterType,
+    LoadStoreOp,
+    LoadStoreOpType,
+    Scalar,
+    TensorDomain,
+    TensorView,
+    TernaryOp,
+    TernaryOpType,
+    UnaryOp,
+    UnaryOpType,
+    Val,
+)
+from fuser.ir.dtype import result_type, to_real
+
+Operand = Union[TensorView, Scalar]
+
+# unary ops whose integer/bool inputs compute in the default float type, as in PyTorch
+_FLOAT_UNARY = frozenset(
+    {
+        UnaryOpType.Acos, UnaryOpType.Acosh, UnaryOpType.Asin, UnaryOpType.Asinh, UnaryOpType.Atan,
+        UnaryOpType.Atanh, UnaryOpType.Cos, UnaryOpType.Cosh, UnaryOpType.Exp, UnaryOpType.Exp2,
+        UnaryOpType.Expm1, UnaryOpType.Erf, UnaryOpType.Erfc, UnaryOpType.Erfinv, UnaryOpType.Erfcinv,
+        UnaryOpType.Lgamma, UnaryOpType.Log, UnaryOpType.Log10, UnaryOpType.Log1p, UnaryOpType.Log2,
+        UnaryOpType.Reciprocal, UnaryOpType.Rsqrt, UnaryOpType.Sigmoid, UnaryOpType.Silu, UnaryOpType.Sin,
+        UnaryOpType.Sinh, UnaryOpType.Sqrt, UnaryOpType.Tan, UnaryOpType.Tanh,
+    }
+)
+_BOOL_UNARY = frozenset(
+    {
+        UnaryOpType.IsFinite, UnaryOpType.IsInf, UnaryOpType.IsNan, UnaryOpType.IsNegInf,
+        UnaryOpType.IsPosInf, UnaryOpType.IsReal, UnaryOpType.Signbit, UnaryOpType.LogicalNot,
+    }
+)
+# ops PyTorch does not define for complex inputs
+_REAL_ONLY_UNARY = frozenset(
+    {
+        UnaryOpType.Ceil, UnaryOpType.Floor, UnaryOpType.Frac, UnaryOpType.Round, UnaryOpType.Trunc,
+        UnaryOpType.Erf, UnaryOpType.Erfc, UnaryOpType.Erfinv, UnaryOpType.Erfcinv, UnaryOpType.Lgamma,
+        UnaryOpType.Relu, UnaryOpType.Signbit, UnaryOpType.IsNegInf, UnaryOpType.IsPosInf, UnaryOpType.Exp2,
+        UnaryOpType.Sign,
+    }
+)
+_FLOAT_ONLY_UNARY = frozenset({UnaryOpType.Frac, UnaryOpType.Erfcinv})
+_INT_ONLY_UNARY = frozenset({UnaryOpType.BitwiseNot})
+
+_INT_ONLY_BINARY = frozenset(
+    {
+        BinaryOpType.BitwiseAnd, BinaryOpType.BitwiseOr, BinaryOpType.BitwiseXor, BinaryOpType.Lshift,
+        BinaryOpType.Rshift, BinaryOpType.LogicalRshift, BinaryOpType.Gcd,
+    }
+)
+_NO_BOOL_BINARY = frozenset({BinaryOpType.Lshift, BinaryOpType.Rshift, BinaryOpType.LogicalRshift, BinaryOpType.Gcd, BinaryOpType.Sub})
+_REAL_ONLY_BINARY = frozenset(
+    {
+        BinaryOpType.Mod, BinaryOpType.Remainder, BinaryOpType.Fmod, BinaryOpType.Atan2, BinaryOpType.Max,
+        BinaryOpType.Min, BinaryOpType.Lt, BinaryOpType.Le, BinaryOpType.Gt, BinaryOpType.Ge,
+        BinaryOpType.Nextafter,
+    }
+)
+_FLOAT_RESULT_BINARY = frozenset({BinaryOpType.Div, BinaryOpType.Atan2})
+
+
+def _tensors(args: Sequence[Val]) -> list[TensorView]:
+    return [a for a in args if isinstance(a, TensorView)]
+
+
+def pointwise_domain(operands: Sequence[Val]) -> list[IterDomain]:
+    """The output axes of an elementwise op: each position takes the first non-broadcast
+    operand axis; all-broadcast positions stay broadcast (expanded if any operand is)."""
+    tvs = _tensors(operands)
+    if not tvs:
+        return []
+    ranks = {len(t.logical_no_reductions()) for t in tvs}
+    if len(ranks) != 1:
+        desc = ", ".join(f"T{t.name} has {t.ndim}" for t in tvs)
+        raise ValueError(f"elementwise operands must have the same number of dimensions: {desc}")
+    doms = [t.logical_no_reductions() for t in tvs]
+    out: list[IterDomain] = []
+    for pos in range(ranks.pop()):
+        ids = [d[pos] for d in doms]
+        concrete = [i for i in ids if not i.is_broadcast]
+        if concrete:
+            _check_static_extents(concrete, pos, tvs)
+            # prefer a constant extent: it says more than a symbolic one
+            ref = next((i for i in concrete if i.extent.is_const), concrete[0])
+            out.append(IterDomain(ref.extent, IterType.Iteration))
+        else:
+            expanded = [i for i in ids if i.expanded_extent is not None]
+            if expanded:
+                ref = next((i for i in expanded if i.expanded_extent.is_const), expanded[0])
+                out.append(IterDomain(1, IterType.Broadcast, expanded_extent=ref.expanded_extent))
+            else:
+                out.append(IterDomain(1, IterType.Broadcast))
+    return out
+
+
+def _check_static_extents(ids: Sequence[IterDomain], pos: int, tvs: Sequence[TensorView]) -> None:
+    consts = {i.extent.value for i in ids if i.extent.is_const}
+    if len(consts) > 1:
+        desc = ", ".join(f"T{t.name}: {[str(e) for e in _shape_str(t)]}" for t in tvs)
+        raise ValueError(f"operands have different extents {sorted(consts)} in dimension {pos} ({desc})")
+
+
+def _shape_str(t: TensorView) -> list[str]:
+    from fuser.ir.printer import scalar_str
+
+    return [scalar_str(i.user_extent) for i in t.logical_no_reductions()]
+
+
+def _new_output(operands: Sequence[Val], dtype: DataType) -> Val:
+    if any(isinstance(a, TensorView) for a in operands):
+        return TensorView(TensorDomain(pointwise_domain(operands)), dtype)
+    return Scalar(dtype)
+
+
+def _promoted(operands: Sequence[Val]) -> DataType:
+    tvs = [a.dtype for a in operands if isinstance(a, TensorView)]
+    scalars = [a.dtype for a in operands if not isinstance(a, TensorView)]
+    return result_type(tvs, scalars)
+
+
+def _check_operands(name: str, operands: Sequence[Val]) -> None:
+    for a in operands:
+        if not isinstance(a, (TensorView, Scalar)):
+            raise TypeError(f"{name}: operands must be tensors or scalars, got {type(a).__name__}")
+        if a.dtype is DataType.Null:
+            raise TypeError(f"{name}: an operand has no dtype")
+
+
+def unary_output_dtype(op: UnaryOpType, dt: DataType) -> DataType:
+    """The dtype PyTorch gives `op` applied to a `dt` tensor; raises for unsupported dtypes."""
+    name = op.value
+    if op in _INT_ONLY_UNARY and not (dt.is_integral or dt.is_boolean):
+        raise TypeError(f"{name} needs an integer or bool operand, got {dt}")
+    if op in _FLOAT_ONLY_UNARY and not dt.is_floating:
+        raise TypeError(f"{name} needs a floating-point operand, got {dt}")
+    if op in _REAL_ONLY_UNARY and dt.is_complex:
+        raise TypeError(f"{name} is not defined for complex operands ({dt})")
+    if op in _BOOL_UNARY:
+        return DataType.Bool
+    if op in (UnaryOpType.Real, UnaryOpType.Imag):
+        if op is UnaryOpType.Imag and not dt.is_complex:
+            raise TypeError(f"imag needs a complex operand, got {dt}")
+        return to_real(dt)
+    if op is UnaryOpType.Abs:
+        return to_real(dt)
+    if op in _FLOAT_UNARY and (dt.is_integral or dt.is_boolean):
+        return DataType.Float
+    if op is UnaryOpType.Neg and dt.is_boolean:
+        raise TypeError("neg is not defined for bool operands; use logical_not")
+    return dt
+
+
+def unary(op: UnaryOpType, x: Operand) -> Operand:
+    """`op(x)` for a tensor or a scalar."""
+    _check_operands(op.value, [x])
+    out = _new_output([x], unary_output_dtype(op, x.dtype))
+    UnaryOp([x], [out], op_type=op)
+    return out
+
+
+def cast(x: Operand, dtype: DataType) -> Operand:
+    """`x` converted to `dtype`; a cast to the same dtype is a plain copy (`set`)."""
+    _check_operands("cast", [x])
+    if dtype is DataType.Null:
+        raise TypeError("cast: dtype must not be DataType.Null")
+    if x.dtype is dtype:
+        return set_(x) if isinstance(x, TensorView) else x
+    out = _new_output([x], dtype)
+    UnaryOp([x], [out], op_type=UnaryOpType.Cast)
+    return out
+
+
+def set_(x: TensorView, op_type: LoadStoreOpType = LoadStoreOpType.Set) -> TensorView:
+    """A copy of `x` (`set`), or a forced segment boundary (`segment_set`)."""
+    if not isinstance(x, TensorView):
+        raise TypeError(f"set needs a tensor, got {type(x).__name__}")
+    out = TensorView(TensorDomain(pointwise_domain([x])), x.dtype)
+    LoadStoreOp([x], [out], op_type=op_type, cache_op="Streaming")
+    return out
+
+
+def binary_output_dtype(op: BinaryOpType, operands: Sequence[Val]) -> DataType:
+    """The dtype PyTorch gives `op` on these operands; raises for unsupported dtypes."""
+    name = op.value
+    dts = [a.dtype for a in operands]
+    if op in _INT_ONLY_BINARY and not all(d.is_integral or d.is_boolean for d in dts):
+        raise TypeError(f"{name} needs integer or bool operands, got {', '.join(map(str, dts))}")
+    if op in _NO_BOOL_BINARY and all(d.is_boolean for d in dts):
+        raise TypeError(f"{name} is not defined for bool operands")
+    if op in _REAL_ONLY_BINARY and any(d.is_complex for d in dts):
+        raise TypeError(f"{name} is not defined for complex operands")
+    if op is BinaryOpType.Nextafter and not all(d.is_floating for d in dts):
+        raise TypeError(f"nextafter needs floating-point operands, got {', '.join(map(str, dts))}")
+    if op.is_comparison or op.is_logical:
+        return DataType.Bool
+    promoted = _promoted(operands)
+    if op in _FLOAT_RESULT_BINARY and (promoted.is_integral or promoted.is_boolean):
+        return DataType.Float
+    return promoted
+
+
+def binary(op: BinaryOpType, a: Operand, b: Operand) -> Operand:
+    """`op(a, b)` with PyTorch's type promotion and broadcasting of size-1 axes."""
+    _check_operands(op.value, [a, b])
+    out = _new_output([a, b], binary_output_dtype(op, [a, b]))
+    BinaryOp([a, b], [out], op_type=op)
+    return out
+
+
+def ternary(op: TernaryOpType, a: Operand, b: Operand, c: Operand) -> Operand:
+    """where(cond, x, y), lerp(start, end, weight), clamp(x, lo, hi), threshold(x, th, value)."""
+    operands = [a, b, c]
+    _check_operands(op.value, operands)
+    if op is TernaryOpType.Where:
+        dtype = _promoted([b, c])
+    elif op is TernaryOpType.Lerp:
+        dtype = _promoted(operands)
+        if not (dtype.is_floating or dtype.is_complex):
+            raise TypeError(f"lerp needs floating-point operands, got {', '.join(str(x.dtype) for x in operands)}")
+    elif op is TernaryOpType.Clamp:
+        if any(x.dtype.is_complex for x in operands):
+            raise TypeError("clamp is not defined for complex operands")
+        dtype = _promoted(operands)
+    else:  # threshold keeps the input's type, as torch.threshold does
+        if a.dtype.is_complex:
+            raise TypeError("threshold is not defined for complex operands")
+        dtype = a.dtype
+    out = _new_output(operands, dtype)
+    TernaryOp(operands, [out], op_type=op)
+    return out
+
+
+def where(cond: Operand, x: Operand, y: Operand) -> Operand:
+    if not cond.dtype.is_boolean:
+        cond = binary(BinaryOpType.Ne, cond, Scalar(cond.dtype, 0))
+    return ternary(TernaryOpType.Where, cond, x, y)
+
+
+# --- composites ----------------------------------------------------------------------
+
+
+def add_alpha(a: Operand, b: Operand, alpha: Operand) -> Operand:
+    """a + alpha * b (torch.add's alpha)."""
+    return binary(BinaryOpType.Add, a, binary(BinaryOpType.Mul, b, alpha))
+
+
+def sub_alpha(a: Operand, b: Operand, alpha: Operand) -> Operand:
+    """a - alpha * b (torch.sub's alpha)."""
+    return binary(BinaryOpType.Sub, a, binary(BinaryOpType.Mul, b, alpha))
+
+
+def addcmul(x: Operand, a: Operand, b: Operand, value: Operand) -> Operand:
+    """x + value * a * b (torch.addcmul)."""
+    return binary(BinaryOpType.Add, x, binary(BinaryOpType.Mul, value, binary(BinaryOpType.Mul, a, b)))

@@ -1,0 +1,152 @@
+"""Indexing builders (select, index_select, gather, scatter) and the ATen-backed matmul/linear."""
+from __future__ import annotations
+
+from fuser.ir import (
+    GatherOp,
+    IndexSelectOp,
+    IterDomain,
+    IterType,
+    LinearOp,
+    MatmulOp,
+    Scalar,
+    ScatterOp,
+    SelectOp,
+    TensorDomain,
+    TensorView,
+)
+from fuser.ir.dtype import result_type
+
+from .reduction import normalize_dims
+
+
+def _tensor(name: str, arg: str, x: object) -> TensorView:
+    if not isinstance(x, TensorView):
+        raise TypeError(f"{name}: {arg} must be a tensor, got {type(x).__name__}")
+    return x
+
+
+def _index_tensor(name: str, index: object) -> TensorView:
+    index = _tensor(name, "index", index)
+    if not index.dtype.is_integral:
+        raise TypeError(f"{name}: index must be an integer tensor, got {index.dtype}")
+    return index
+
+
+def select(x: TensorView, index: Scalar, dim: int) -> TensorView:
+    """x.select(dim, index): drops axis `dim`."""
+    _tensor("select", "arg", x)
+    if not isinstance(index, Scalar) or not index.dtype.is_integral:
+        raise TypeError("select: index must be an integer scalar")
+    ids = x.logical_no_reductions()
+    (dim,) = normalize_dims([dim], len(ids), "dim")
+    out = TensorView(TensorDomain([i.clone_like() for k, i in enumerate(ids) if k != dim]), x.dtype)
+    SelectOp([x, index], [out], dim=dim)
+    return out
+
+
+def index_select(x: TensorView, index: TensorView, dim: int) -> TensorView:
+    """torch.index_select: axis `dim` replaced by the positions in the 1-D `index`."""
+    _tensor("index_select", "arg", x)
+    index = _index_tensor("index_select", index)
+    if index.ndim != 1:
+        raise ValueError(f"index_select: index must be 1-D, got {index.ndim} dimensions")
+    ids = x.logical_no_reductions()
+    (dim,) = normalize_dims([dim], len(ids), "dim")
+    n = index.logical_no_reductions()[0]
+    out_ids = [n.clone_like() if k == dim else i.clone_like() for k, i in enumerate(ids)]
+    out = TensorView(TensorDomain(out_ids), x.dtype)
+    IndexSelectOp([x, index], [out], dim=dim)
+    return out
+
+
+def gather(x: TensorView, index: TensorView, dim: int, exact_sizes: bool = False) -> TensorView:
+    """torch.gather (exact_sizes=False) or take_along_axis (True): output shaped like `index`."""
+    name = "take_along_axis" if exact_sizes else "gather"
+    _tensor(name, "arg", x)
+    index = _index_tensor(name, index)
+    if index.ndim != x.ndim:
+        raise ValueError(f"{name}: index has {index.ndim} dimensions, the tensor has {x.ndim}")
+    (dim,) = normalize_dims([dim], x.ndim, "dim")
+    out = TensorView(TensorDomain([i.clone_like() for i in index.logical_no_reductions()]), x.dtype)
+    GatherOp([x, index], [out], dim=dim, exact_sizes=exact_sizes)
+    return out
+
+
+def scatter(x: TensorView, index: TensorView, src: TensorView, dim: int) -> TensorView:
+    """torch.scatter: a copy of `x` with `src` written at `index` along `dim`."""
+    _tensor("scatter", "arg", x)
+    index = _index_tensor("scatter", index)
+    src = _tensor("scatter", "src", src)
+    if not (index.ndim == src.ndim == x.ndim):
+        raise ValueError(f"scatter: arg, index and src need equal ranks, got {x.ndim}, {index.ndim}, {src.ndim}")
+    if src.dtype is not x.dtype:
+        raise TypeError(f"scatter: src dtype {src.dtype} differs from arg dtype {x.dtype}")
+    (dim,) = normalize_dims([dim], x.ndim, "dim")
+    out = TensorView(TensorDomain([i.clone_like() for i in x.logical_no_reductions()]), x.dtype)
+    ScatterOp([x, index, src], [out], dim=dim)
+    return out
+
+
+def _float_operands(name: str, *xs: TensorView) -> None:
+    for x in xs:
+        if not (x.dtype.is_floating or x.dtype.is_complex):
+            raise TypeError(f"{name}: operands must be floating-point, got {x.dtype}")
+    dts = {x.dtype for x in xs}
+    if len(dts) > 1:
+        raise TypeError(f"{name}: operands must have one dtype, got {', '.join(sorted(map(str, dts)))}")
+
+
+def _fresh(i: IterDomain) -> IterDomain:
+    return IterDomain(1, IterType.Broadcast) if i.is_broadcast and i.expanded_extent is None else IterDomain(i.user_extent)
+
+
+def matmul(a: TensorView, b: TensorView) -> TensorView:
+    """torch.matmul: 1-D and batched operands, batch dims broadcast."""
+    _tensor("matmul", "arg1", a)
+    _tensor("matmul", "arg2", b)
+    _float_operands("matmul", a, b)
+    ai, bi = a.logical_no_reductions(), b.logical_no_reductions()
+    if not ai or not bi:
+        raise ValueError("matmul: operands must have at least one dimension")
+    _check_k("matmul", ai[-1], bi[-2] if len(bi) > 1 else bi[0])
+    if len(ai) == 1 and len(bi) == 1:
+        out_ids: list[IterDomain] = []
+    elif len(bi) == 1:
+        out_ids = [_fresh(i) for i in ai[:-1]]
+    elif len(ai) == 1:
+        out_ids = [_fresh(i) for i in bi[:-2]] + [_fresh(bi[-1])]
+    else:
+        batch_a, batch_b = ai[:-2], bi[:-2]
+        n = max(len(batch_a), len(batch_b))
+        batch_a = [None] * (n - len(batch_a)) + list(batch_a)
+        batch_b = [None] * (n - len(batch_b)) + list(batch_b)
+        batch = []
+        for x, y in zip(batch_a, batch_b):
+            pick = x if (y is None or (x is not None and not x.is_broadcast)) else y
+            batch.append(_fresh(pick))
+        out_ids = batch + [_fresh(ai[-2]), _fresh(bi[-1])]
+    out = TensorView(TensorDomain(out_ids), a.dtype)
+    MatmulOp([a, b], [out])
+    return out
+
+
+def _check_k(name: str, ka: IterDomain, kb: IterDomain) -> None:
+    ca, cb = ka.user_extent, kb.user_extent
+    if ca.is_const and cb.is_const and ca.value != cb.value:
+        raise ValueError(f"{name}: contraction extents differ ({ca.value} vs {cb.value})")
+
+
+def linear(x: TensorView, weight: TensorView, bias: TensorView | None = None) -> TensorView:
+    """torch.nn.functional.linear: x @ weight.T + bias."""
+    _tensor("linear", "arg1", x)
+    _tensor("linear", "arg2", weight)
+    ops = [x, weight] + ([_tensor("linear", "bias", bias)] if bias is not None else [])
+    _float_operands("linear", *ops)
+    xi, wi = x.logical_no_reductions(), weight.logical_no_reductions()
+    if not xi or len(wi) not in (1, 2):
+        raise ValueError(f"linear: weight must be 1-D or 2-D and input at least 1-D, got {len(xi)}-D and {len(wi)}-D")
+    _check_k("linear", xi[-1], wi[-1])
+    out_ids = [_fresh(i) for i in xi[:-1]] + ([_fresh(wi[0])] if len(wi) == 2 else [])
+    out = TensorView(TensorDomain(out_ids), result_type([t.dtype for t in ops], []))
+    LinearOp(ops, [out])
+    return out

@@ -1,0 +1,156 @@
+"""Reduction builders: sum, prod, max, min, welford and the variance family."""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+from fuser.ir import (
+    BinaryOpType,
+    BroadcastOp,
+    DataType,
+    IterDomain,
+    IterType,
+    ReductionOp,
+    Scalar,
+    ScanOp,
+    TensorDomain,
+    TensorView,
+    WelfordOp,
+)
+
+from . import arith
+
+
+def normalize_dims(dims: Sequence[int], ndim: int, what: str = "dims") -> list[int]:
+    """`dims` made non-negative and sorted; raises IndexError naming the bad entry."""
+    out = []
+    for d in dims:
+        if not isinstance(d, int) or isinstance(d, bool):
+            raise TypeError(f"{what} must be integers, got {d!r}")
+        if not -ndim <= d < max(ndim, 1):
+            raise IndexError(f"{what} entry {d} is out of range for a tensor of {ndim} dimensions")
+        d = d % ndim if ndim else 0
+        if d in out:
+            raise ValueError(f"{what} names dimension {d} twice")
+        out.append(d)
+    return sorted(out)
+
+
+def _reduced_domain(x: TensorView, dims: Sequence[int]) -> list[IterDomain]:
+    ids = []
+    for pos, i in enumerate(x.logical_no_reductions()):
+        if pos in dims:
+            # reducing an expanded broadcast covers its expanded extent
+            ids.append(IterDomain(i.user_extent, IterType.Reduction))
+        else:
+            ids.append(i.clone_like())
+    return ids
+
+
+def _init_value(op: BinaryOpType, dtype: DataType) -> Scalar:
+    if op is BinaryOpType.Add:
+        return Scalar(dtype, 0)
+    if op is BinaryOpType.Mul:
+        return Scalar(dtype, 1)
+    if dtype.is_boolean:
+        return Scalar(dtype, op is BinaryOpType.Min)
+    if dtype.is_integral:
+        bits = dtype.itemsize * 8
+        return Scalar(dtype, -(2 ** (bits - 1)) if op is BinaryOpType.Max else 2 ** (bits - 1) - 1)
+    return Scalar(dtype, -math.inf if op is BinaryOpType.Max else math.inf)
+
+
+def reduction(
+    op: BinaryOpType, x: TensorView, dims: Sequence[int], keepdim: bool = False, dtype: DataType = DataType.Null
+) -> TensorView:
+    """Reduce `x` over `dims` with add/mul/max/min; output dtype follows torch.sum/prod/amax."""
+    if not isinstance(x, TensorView):
+        raise TypeError(f"reductions need a tensor, got {type(x).__name__}")
+    if x.dtype.is_complex and op in (BinaryOpType.Max, BinaryOpType.Min):
+        raise TypeError("max/min are not defined for complex tensors")
+    ndim = x.ndim
+    dims = normalize_dims(dims, ndim)
+    if dtype is DataType.Null:
+        if op in (BinaryOpType.Add, BinaryOpType.Mul) and (x.dtype.is_integral or x.dtype.is_boolean):
+            dtype = DataType.Int
+        else:
+            dtype = x.dtype
+    if dtype is not x.dtype:
+        x = arith.cast(x, dtype)
+    out = TensorView(TensorDomain(_reduced_domain(x, dims)), dtype)
+    ReductionOp([x], [out], op_type=op, init=_init_value(op, dtype))
+    return keep_dims(out, dims, ndim) if keepdim else out
+
+
+def keep_dims(x: TensorView, dims: Sequence[int], ndim: int) -> TensorView:
+    """Broadcast size-1 axes back where `dims` were reduced (keepdim=True)."""
+    return broadcast(x, [d in dims for d in range(ndim)])
+
+
+def broadcast(x: TensorView, is_broadcast_dim: Sequence[bool]) -> TensorView:
+    """Insert size-1 broadcast axes where `is_broadcast_dim` is True."""
+    flags = [bool(f) for f in is_broadcast_dim]
+    if not isinstance(x, TensorView):
+        raise TypeError(f"broadcast needs a tensor, got {type(x).__name__}")
+    kept = x.logical_no_reductions()
+    if flags.count(False) != len(kept):
+        raise ValueError(
+            f"is_broadcast_dim has {flags.count(False)} False entries but the tensor has {len(kept)} dimensions"
+        )
+    if not any(flags):
+        return arith.set_(x)
+    it = iter(kept)
+    ids = [IterDomain(1, IterType.Broadcast) if f else next(it).clone_like() for f in flags]
+    out = TensorView(TensorDomain(ids), x.dtype)
+    BroadcastOp([x], [out], flags=flags)
+    return out
+
+
+def welford(x: TensorView, dims: Sequence[int]) -> tuple[TensorView, TensorView, TensorView]:
+    """(mean, sum of squared deviations, count) over `dims`, as nvFuser's WelfordOp."""
+    if not isinstance(x, TensorView):
+        raise TypeError(f"welford needs a tensor, got {type(x).__name__}")
+    if x.dtype.is_complex:
+        raise TypeError("welford is not defined for complex tensors")
+    dims = normalize_dims(dims, x.ndim)
+    dtype = x.dtype if x.dtype.is_floating else DataType.Float
+    if dtype is not x.dtype:
+        x = arith.cast(x, dtype)
+    outs = [TensorView(TensorDomain(_reduced_domain(x, dims)), dt) for dt in (dtype, dtype, DataType.Int)]
+    WelfordOp([x], outs)
+    return outs[0], outs[1], outs[2]
+
+
+def var_mean(
+    x: TensorView, dims: Sequence[int], correction: int = 1, keepdim: bool = False
+) -> tuple[TensorView, TensorView]:
+    """(variance, mean) over `dims` with Bessel-style `correction`, like torch.var_mean."""
+    if not x.dtype.is_floating:
+        raise TypeError(f"var_mean needs a floating-point tensor, got {x.dtype}")
+    ndim = x.ndim
+    dims = normalize_dims(dims, ndim)
+    avg, var_sum, n = welford(x, dims)
+    denom = arith.binary(BinaryOpType.Max, arith.binary(BinaryOpType.Sub, n, Scalar(DataType.Int, correction)), Scalar(DataType.Int, 0))
+    var = arith.binary(BinaryOpType.Div, var_sum, denom)
+    var, avg = arith.cast(var, x.dtype), arith.cast(avg, x.dtype)
+    if keepdim:
+        var, avg = keep_dims(var, dims, ndim), keep_dims(avg, dims, ndim)
+    return var, avg
+
+
+def var(x: TensorView, dims: Sequence[int], correction: int = 1, keepdim: bool = False) -> TensorView:
+    """Variance over `dims` (torch.var with `correction`)."""
+    return var_mean(x, dims, correction, keepdim)[0]
+
+
+def cumsum(x: TensorView, dim: int) -> TensorView:
+    """Inclusive cumulative sum along `dim`; ints accumulate in int64 as in torch.cumsum."""
+    if not isinstance(x, TensorView):
+        raise TypeError(f"cumsum needs a tensor, got {type(x).__name__}")
+    (dim,) = normalize_dims([dim], x.ndim, "dim")
+    dtype = DataType.Int if (x.dtype.is_integral or x.dtype.is_boolean) else x.dtype
+    if dtype is not x.dtype:
+        x = arith.cast(x, dtype)
+    out = TensorView(TensorDomain(arith.pointwise_domain([x])), dtype)
+    ScanOp([x], [out], op_type=BinaryOpType.Add, dim=dim)
+    return out

@@ -1,0 +1,1 @@
+"""Running fusions: input binding, the reference executor, and (later) compiled kernels."""

@@ -1,0 +1,550 @@
+"""The reference executor: evaluates any Fusion with PyTorch ops, on the inputs' device.
+
+Numerics are a fusion compiler's: half, bfloat16 and fp8 arithmetic happens in float32 and
+is rounded once at the end of each op; reductions accumulate in float32 (float64 for
+double, int64 for integers). It is the test oracle, the CPU path, and the executor of
+`expr_eval` segments.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from fuser.ir import (
+    BinaryOp,
+    BinaryOpType,
+    BroadcastOp,
+    CatOp,
+    DataType,
+    ExpandOp,
+    Expr,
+    FullOp,
+    Fusion,
+    GatherOp,
+    IndexSelectOp,
+    IotaOp,
+    LinearOp,
+    LoadStoreOp,
+    LoadStoreOpType,
+    MatmulOp,
+    PadOp,
+    ReductionOp,
+    ReshapeOp,
+    RNGOp,
+    RNGOpType,
+    Scalar,
+    ScanOp,
+    ScatterOp,
+    SelectOp,
+    SliceOp,
+    SqueezeOp,
+    TensorView,
+    TernaryOp,
+    TernaryOpType,
+    UnaryOp,
+    UnaryOpType,
+    Val,
+    WelfordOp,
+)
+
+
+class EvaluationError(RuntimeError):
+    """An expression could not be evaluated on the given inputs."""
+
+
+def _erfcinv(x: torch.Tensor) -> torch.Tensor:
+    return torch.erfinv(1 - x)
+
+
+_UNARY: dict[UnaryOpType, Callable[[torch.Tensor], torch.Tensor]] = {
+    UnaryOpType.Abs: torch.abs,
+    UnaryOpType.Acos: torch.acos,
+    UnaryOpType.Acosh: torch.acosh,
+    UnaryOpType.Asin: torch.asin,
+    UnaryOpType.Asinh: torch.asinh,
+    UnaryOpType.Atan: torch.atan,
+    UnaryOpType.Atanh: torch.atanh,
+    UnaryOpType.BitwiseNot: torch.bitwise_not,
+    UnaryOpType.Ceil: torch.ceil,
+    UnaryOpType.Cos: torch.cos,
+    UnaryOpType.Cosh: torch.cosh,
+    UnaryOpType.Exp: torch.exp,
+    UnaryOpType.Exp2: torch.exp2,
+    UnaryOpType.Expm1: torch.expm1,
+    UnaryOpType.Erf: torch.erf,
+    UnaryOpType.Erfc: torch.erfc,
+    UnaryOpType.Erfinv: torch.erfinv,
+    UnaryOpType.Erfcinv: _erfcinv,
+    UnaryOpType.Floor: torch.floor,
+    UnaryOpType.Frac: torch.frac,
+    UnaryOpType.Imag: torch.imag,
+    UnaryOpType.IsFinite: torch.isfinite,
+    UnaryOpType.IsInf: torch.isinf,
+    UnaryOpType.IsNan: torch.isnan,
+    UnaryOpType.IsNegInf: torch.isneginf,
+    UnaryOpType.IsPosInf: torch.isposinf,
+    UnaryOpType.IsReal: torch.isreal,
+    UnaryOpType.Lgamma: torch.lgamma,
+    UnaryOpType.Log: torch.log,
+    UnaryOpType.Log10: torch.log10,
+    UnaryOpType.Log1p: torch.log1p,
+    UnaryOpType.Log2: torch.log2,
+    UnaryOpType.LogicalNot: torch.logical_not,
+    UnaryOpType.Neg: torch.neg,
+    UnaryOpType.Real: torch.real,
+    UnaryOpType.Reciprocal: torch.reciprocal,
+    UnaryOpType.Relu: torch.relu,
+    UnaryOpType.Round: torch.round,
+    UnaryOpType.Rsqrt: torch.rsqrt,
+    UnaryOpType.Sigmoid: torch.sigmoid,
+    UnaryOpType.Sign: torch.sign,
+    UnaryOpType.Signbit: torch.signbit,
+    UnaryOpType.Silu: F.silu,
+    UnaryOpType.Sin: torch.sin,
+    UnaryOpType.Sinh: torch.sinh,
+    UnaryOpType.Sqrt: torch.sqrt,
+    UnaryOpType.Tan: torch.tan,
+    UnaryOpType.Tanh: torch.tanh,
+    UnaryOpType.Trunc: torch.trunc,
+}
+
+
+def _logical_rshift(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    bits = torch.iinfo(a.dtype).bits
+    b = torch.as_tensor(b, device=a.device).to(a.dtype)
+    safe = torch.clamp(b, 1, bits - 1)
+    mask = (torch.ones_like(a) << (bits - safe)) - 1  # wraps to all-ones below the shifted-in zeros
+    shifted = (a >> safe) & mask
+    return torch.where(b <= 0, a, torch.where(b >= bits, torch.zeros_like(a), shifted))
+
+
+def _maximum(a, b):
+    return torch.maximum(*_as_tensors(a, b))
+
+
+def _minimum(a, b):
+    return torch.minimum(*_as_tensors(a, b))
+
+
+def _as_tensors(a, b):
+    if not isinstance(a, torch.Tensor):
+        a = torch.tensor(a, device=b.device, dtype=b.dtype if _same_kind(a, b) else None)
+    if not isinstance(b, torch.Tensor):
+        b = torch.tensor(b, device=a.device, dtype=a.dtype if _same_kind(b, a) else None)
+    return a, b
+
+
+def _same_kind(x: Any, t: torch.Tensor) -> bool:
+    """Whether the Python number `x` is of `t`'s category or lower (so it adopts t's dtype)."""
+    return _category(type(x)) <= _category(t.dtype)
+
+
+def _category(t: Any) -> int:
+    if t in (bool, torch.bool):
+        return 0
+    if t is int or (isinstance(t, torch.dtype) and not t.is_floating_point and not t.is_complex):
+        return 1
+    if t is float or (isinstance(t, torch.dtype) and t.is_floating_point):
+        return 2
+    return 3
+
+
+_BINARY: dict[BinaryOpType, Callable[[Any, Any], torch.Tensor]] = {
+    BinaryOpType.Add: torch.add,
+    BinaryOpType.Sub: torch.sub,
+    BinaryOpType.Mul: torch.mul,
+    BinaryOpType.Div: torch.true_divide,
+    BinaryOpType.Mod: torch.fmod,
+    BinaryOpType.Remainder: torch.remainder,
+    BinaryOpType.Fmod: torch.fmod,
+    BinaryOpType.Pow: torch.pow,
+    BinaryOpType.Atan2: lambda a, b: torch.atan2(*_as_tensors(a, b)),
+    BinaryOpType.Max: _maximum,
+    BinaryOpType.Min: _minimum,
+    BinaryOpType.Eq: torch.eq,
+    BinaryOpType.Ne: torch.ne,
+    BinaryOpType.Lt: torch.lt,
+    BinaryOpType.Le: torch.le,
+    BinaryOpType.Gt: torch.gt,
+    BinaryOpType.Ge: torch.ge,
+    BinaryOpType.LogicalAnd: lambda a, b: torch.logical_and(*_as_tensors(a, b)),
+    BinaryOpType.LogicalOr: lambda a, b: torch.logical_or(*_as_tensors(a, b)),
+    BinaryOpType.BitwiseAnd: torch.bitwise_and,
+    BinaryOpType.BitwiseOr: torch.bitwise_or,
+    BinaryOpType.BitwiseXor: torch.bitwise_xor,
+    BinaryOpType.Lshift: torch.bitwise_left_shift,
+    BinaryOpType.Rshift: torch.bitwise_right_shift,
+    BinaryOpType.LogicalRshift: _logical_rshift,
+    BinaryOpType.Gcd: lambda a, b: torch.gcd(*_as_tensors(a, b)),
+    BinaryOpType.Nextafter: lambda a, b: torch.nextafter(*_as_tensors(a, b)),
+    BinaryOpType.CeilDiv: lambda a, b: -((-a) // b),
+}
+
+
+class ReferenceExecutor:
+    """Evaluates one Fusion on concrete inputs; values live in `env` keyed by IR Val."""
+
+    def __init__(self, fusion: Fusion, device: torch.device) -> None:
+        self.fusion = fusion
+        self.device = device
+        self.env: dict[Val, Any] = {}
+
+    # --- values -------------------------------------------------------------------------
+    def bind(self, inputs: Sequence[Any], extents: dict[Scalar, int] | None = None) -> None:
+        """Bind fusion inputs (and their symbolic extents, read from the tensors' sizes)."""
+        for val, x in zip(self.fusion.inputs, inputs):
+            if isinstance(val, TensorView):
+                self.env[val] = x
+                if extents is None:
+                    for i, size in zip(val.logical, x.shape):
+                        for e in (i.extent, i.expanded_extent):
+                            if e is not None and not e.is_const and e.definition is None:
+                                self.env.setdefault(e, 1 if (i.is_broadcast and e is i.extent) else int(size))
+            else:
+                self.env[val] = x.item() if isinstance(x, torch.Tensor) else x
+        if extents:
+            self.env.update(extents)
+
+    def value(self, v: Val) -> Any:
+        """The value of `v`: bound, constant, or computed from its definition (extents)."""
+        got = self.env.get(v, _MISSING)
+        if got is not _MISSING:
+            return got
+        if isinstance(v, Scalar):
+            if v.is_const:
+                return v.value
+            if v.definition is not None:
+                self.run_expr(v.definition)
+                return self.env[v]
+        raise EvaluationError(f"{v!r} has no value: it is neither an input, a constant, nor computed")
+
+    def run(self) -> list[Any]:
+        for e in self.fusion.exprs():
+            self.run_expr(e)
+        return [self.value(v) for v in self.fusion.outputs]
+
+    def run_expr(self, e: Expr) -> None:
+        handler = _HANDLERS.get(type(e))
+        if handler is None:
+            raise EvaluationError(f"the reference executor cannot evaluate {type(e).__name__}")
+        args = [self.value(v) for v in e.inputs]
+        if all(isinstance(v, Scalar) for v in e.outputs) and not any(isinstance(v, TensorView) for v in e.inputs):
+            # scalar arithmetic goes through the same tensor code on 0-dim tensors
+            args = [torch.tensor(a, dtype=v.dtype.torch) if not isinstance(a, torch.Tensor) else a for a, v in zip(args, e.inputs)]
+            outs = handler(self, e, args)
+            for v, o in zip(e.outputs, outs):
+                self.env[v] = o.to(v.dtype.torch).item() if isinstance(o, torch.Tensor) else o
+            return
+        outs = handler(self, e, args)
+        for v, o in zip(e.outputs, outs):
+            self.env[v] = o
+
+
+_MISSING = object()
+
+
+def _compute(x: Any) -> Any:
+    """Narrow floats widen to float32 for arithmetic."""
+    if isinstance(x, torch.Tensor) and x.dtype in _NARROW:
+        return x.float()
+    return x
+
+
+_NARROW = (torch.float16, torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2)
+
+
+def _to(x: Any, dt: DataType) -> torch.Tensor:
+    return x.to(dt.torch) if isinstance(x, torch.Tensor) else torch.tensor(x, dtype=dt.torch)
+
+
+def _unary(ex: ReferenceExecutor, e: UnaryOp, args: list) -> list:
+    (x,) = args
+    out = e.output.dtype
+    if e.op_type is UnaryOpType.Cast:
+        return [_to(x, out)]
+    x = _compute(x)
+    if out.is_floating and not (x.dtype.is_floating_point or x.dtype.is_complex):
+        x = x.to(torch.float32 if out.is_reduced_float else out.torch)
+    return [_to(_UNARY[e.op_type](x), out)]
+
+
+def _binary(ex: ReferenceExecutor, e: BinaryOp, args: list) -> list:
+    a, b = args
+    out = e.output.dtype
+    if e.op_type is BinaryOpType.Nextafter:  # the next representable value of the actual type
+        return [_to(_BINARY[e.op_type](*_as_tensors(a, b)), out)]
+    a, b = _compute(a), _compute(b)
+    if e.op_type is BinaryOpType.Div and out.is_floating and not out.is_reduced_float:
+        a, b = _as_float(a, out), _as_float(b, out)
+    return [_to(_BINARY[e.op_type](a, b), out)]
+
+
+def _as_float(x: Any, dt: DataType) -> Any:
+    if isinstance(x, torch.Tensor) and not (x.dtype.is_floating_point or x.dtype.is_complex):
+        return x.to(dt.torch)
+    return x
+
+
+def _ternary(ex: ReferenceExecutor, e: TernaryOp, args: list) -> list:
+    out = e.output.dtype
+    a, b, c = (_compute(x) for x in args)
+    ref = next(x for x in (a, b, c) if isinstance(x, torch.Tensor))
+    if e.op_type is TernaryOpType.Where:
+        cdt = torch.float32 if out.is_reduced_float else out.torch
+        b = b.to(cdt) if isinstance(b, torch.Tensor) else torch.tensor(b, dtype=cdt, device=ref.device)
+        c = c.to(cdt) if isinstance(c, torch.Tensor) else torch.tensor(c, dtype=cdt, device=ref.device)
+        r = torch.where(a, b, c)
+    elif e.op_type is TernaryOpType.Lerp:
+        cdt = torch.float32 if out.is_reduced_float else out.torch
+        a, b = (torch.as_tensor(x, device=ref.device).to(cdt) for x in (a, b))
+        a, b = torch.broadcast_tensors(a, b)
+        w = c.to(cdt) if isinstance(c, torch.Tensor) else c
+        r = torch.lerp(a, b, w)
+    elif e.op_type is TernaryOpType.Clamp:
+        cdt = torch.float32 if out.is_reduced_float else out.torch
+        a, b, c = (torch.as_tensor(x, device=ref.device).to(cdt) for x in (a, b, c))
+        r = torch.minimum(torch.maximum(a, b), c)
+        r = torch.where(torch.isnan(a), a, r) if r.dtype.is_floating_point else r
+    else:  # threshold: x if x > threshold else value
+        r = torch.where(a > b, a, torch.as_tensor(c, device=ref.device).to(a.dtype))
+    return [_to(r, out)]
+
+
+def _acc_dtype(dt: DataType) -> torch.dtype:
+    if dt in (DataType.Double, DataType.ComplexDouble, DataType.ComplexFloat):
+        return dt.torch
+    if dt.is_floating:
+        return torch.float32
+    if dt.is_boolean or dt.is_integral:
+        return torch.int64
+    return dt.torch
+
+
+def _reduced_dims(tv: TensorView) -> list[int]:
+    return [k for k, i in enumerate(tv.logical) if i.is_reduction]
+
+
+def _reduction(ex: ReferenceExecutor, e: ReductionOp, args: list) -> list:
+    (x,) = args
+    out = e.output.dtype
+    dims = _reduced_dims(e.output)
+    if not dims:
+        return [x.to(out.torch).clone()]
+    acc = _acc_dtype(out)
+    if e.op_type is BinaryOpType.Add:
+        r = torch.sum(x.to(acc), dims)
+    elif e.op_type is BinaryOpType.Mul:
+        r = x.to(acc)
+        for d in reversed(dims):
+            r = torch.prod(r, d)
+    else:
+        kept = [s for k, s in enumerate(x.shape) if k not in dims]
+        if any(x.shape[d] == 0 for d in dims):
+            r = torch.full(kept, e.init.value, dtype=out.torch, device=x.device)
+        else:
+            fn = torch.amax if e.op_type is BinaryOpType.Max else torch.amin
+            r = fn(x.to(acc) if x.dtype is torch.bool else x, dims)
+    return [r.to(out.torch)]
+
+
+def _welford(ex: ReferenceExecutor, e: WelfordOp, args: list) -> list:
+    (x,) = args
+    dims = _reduced_dims(e.outputs[0])
+    acc = _acc_dtype(e.outputs[0].dtype)
+    xf = x.to(acc)
+    n = math.prod(x.shape[d] for d in dims)
+    if dims:
+        mean = xf.mean(dims, keepdim=True)
+        var_sum = ((xf - mean) ** 2).sum(dims)
+        mean = mean.squeeze(dims) if hasattr(mean, "squeeze") else mean
+        mean = mean.reshape(var_sum.shape)
+    else:
+        mean, var_sum = xf.clone(), torch.zeros_like(xf)
+    count = torch.full(var_sum.shape, n, dtype=torch.int64, device=x.device)
+    return [mean.to(e.outputs[0].dtype.torch), var_sum.to(e.outputs[1].dtype.torch), count]
+
+
+def _scan(ex: ReferenceExecutor, e: ScanOp, args: list) -> list:
+    (x,) = args
+    out = e.output.dtype
+    return [torch.cumsum(x.to(_acc_dtype(out)), e.dim).to(out.torch)]
+
+
+def _broadcast(ex: ReferenceExecutor, e: BroadcastOp, args: list) -> list:
+    (x,) = args
+    shape, it = [], iter(x.shape)
+    for f in e.flags:
+        shape.append(1 if f else next(it))
+    return [x.reshape(shape) if x.is_contiguous() else _unsqueeze_all(x, e.flags)]
+
+
+def _unsqueeze_all(x: torch.Tensor, flags: Sequence[bool]) -> torch.Tensor:
+    for k, f in enumerate(flags):
+        if f:
+            x = x.unsqueeze(k)
+    return x
+
+
+def _squeeze(ex: ReferenceExecutor, e: SqueezeOp, args: list) -> list:
+    (x,) = args
+    index = []
+    for k, f in enumerate(e.flags):
+        if f and x.shape[k] != 1 and x.stride(k) != 0:
+            raise EvaluationError(f"squeeze of dimension {k} of {e.input!r}, whose size is {x.shape[k]}, not 1")
+        index.append(0 if f else slice(None))
+    return [x[tuple(index)]]
+
+
+def _expand(ex: ReferenceExecutor, e: ExpandOp, args: list) -> list:
+    x = args[0]
+    sizes = [int(s) if i.is_broadcast else -1 for s, i in zip(args[1:], e.output.logical)]
+    return [x.expand(sizes)]
+
+
+def _reshape(ex: ReferenceExecutor, e: ReshapeOp, args: list) -> list:
+    x = args[0]
+    shape = [int(ex.value(i.user_extent)) for i in e.output.logical]
+    return [x.reshape(shape)]
+
+
+def _slice(ex: ReferenceExecutor, e: SliceOp, args: list) -> list:
+    x = args[0]
+    index = tuple(slice(int(ex.value(a)), int(ex.value(b)), int(ex.value(c))) for a, b, c in e.ranges)
+    return [x[index]]
+
+
+def _pad(ex: ReferenceExecutor, e: PadOp, args: list) -> list:
+    x, value = args[0], args[1]
+    widths = [(int(ex.value(a)), int(ex.value(b))) for a, b in e.pad_widths]
+    out_shape = [s + a + b for s, (a, b) in zip(x.shape, widths)]
+    if any(s < 0 for s in out_shape):
+        raise EvaluationError(f"pad of {e.input!r} gives a negative extent: {out_shape}")
+    out = torch.full(out_shape, value, dtype=x.dtype, device=x.device)
+    src, dst = [], []
+    for size, osize, (left, _) in zip(x.shape, out_shape, widths):
+        s0, d0 = max(-left, 0), max(left, 0)
+        n = max(min(size - s0, osize - d0), 0)
+        src.append(slice(s0, s0 + n))
+        dst.append(slice(d0, d0 + n))
+    out[tuple(dst)] = x[tuple(src)]
+    return [out]
+
+
+def _cat(ex: ReferenceExecutor, e: CatOp, args: list) -> list:
+    return [torch.cat(args, e.dim)]
+
+
+def _load_store(ex: ReferenceExecutor, e: LoadStoreOp, args: list) -> list:
+    (x,) = args
+    if e.op_type is LoadStoreOpType.SegmenterSet:
+        return [x]
+    dom = e.output.domain
+    if dom.root is not None:
+        x = x.permute([dom.root.index(i) for i in dom.logical])
+    if dom.allocation is not None:
+        order = [dom.logical.index(i) for i in dom.allocation]
+        inverse = [order.index(k) for k in range(len(order))]
+        return [x.permute(order).contiguous().permute(inverse)]
+    return [x.clone()]
+
+
+def _full(ex: ReferenceExecutor, e: FullOp, args: list) -> list:
+    shape = [int(s) for s in args[:-1]]
+    return [torch.full(shape, args[-1], dtype=e.output.dtype.torch, device=ex.device)]
+
+
+def _iota(ex: ReferenceExecutor, e: IotaOp, args: list) -> list:
+    length, start, step = args
+    dt = e.output.dtype.torch
+    return [torch.arange(int(length), dtype=dt, device=ex.device) * step + start]
+
+
+def _rng(ex: ReferenceExecutor, e: RNGOp, args: list) -> list:
+    ndim = len(e.output.logical)
+    shape = [int(s) for s in args[:ndim]]
+    p1, p2 = args[ndim], args[ndim + 1]
+    gen = None
+    if e.has_seed:
+        seed, offset = int(args[ndim + 2]), int(args[ndim + 3])
+        gen = torch.Generator(device=ex.device).manual_seed((seed * 1_000_003 + offset) & 0x7FFFFFFFFFFFFFFF)
+    if e.rng_type is RNGOpType.Uniform:
+        r = torch.rand(shape, generator=gen, device=ex.device) * (p2 - p1) + p1
+    else:
+        r = torch.randn(shape, generator=gen, device=ex.device) * p2 + p1
+    return [r.to(e.output.dtype.torch)]
+
+
+def _select(ex: ReferenceExecutor, e: SelectOp, args: list) -> list:
+    x, index = args
+    return [x.select(e.dim, int(index))]
+
+
+def _index_select(ex: ReferenceExecutor, e: IndexSelectOp, args: list) -> list:
+    x, index = args
+    return [torch.index_select(x, e.dim, index)]
+
+
+def _gather(ex: ReferenceExecutor, e: GatherOp, args: list) -> list:
+    x, index = args
+    if e.exact_sizes:
+        return [torch.take_along_dim(x, index, e.dim)]
+    return [torch.gather(x, e.dim, index)]
+
+
+def _scatter(ex: ReferenceExecutor, e: ScatterOp, args: list) -> list:
+    x, index, src = args
+    return [torch.scatter(x, e.dim, index, src)]
+
+
+def _matmul(ex: ReferenceExecutor, e: MatmulOp, args: list) -> list:
+    a, b = args
+    return [torch.matmul(a, b).to(e.output.dtype.torch)]
+
+
+def _linear(ex: ReferenceExecutor, e: LinearOp, args: list) -> list:
+    return [F.linear(*args).to(e.output.dtype.torch)]
+
+
+_HANDLERS: dict[type, Callable[[ReferenceExecutor, Any, list], list]] = {
+    UnaryOp: _unary,
+    BinaryOp: _binary,
+    TernaryOp: _ternary,
+    ReductionOp: _reduction,
+    WelfordOp: _welford,
+    ScanOp: _scan,
+    BroadcastOp: _broadcast,
+    SqueezeOp: _squeeze,
+    ExpandOp: _expand,
+    ReshapeOp: _reshape,
+    SliceOp: _slice,
+    PadOp: _pad,
+    CatOp: _cat,
+    LoadStoreOp: _load_store,
+    FullOp: _full,
+    IotaOp: _iota,
+    RNGOp: _rng,
+    SelectOp: _select,
+    IndexSelectOp: _index_select,
+    GatherOp: _gather,
+    ScatterOp: _scatter,
+    MatmulOp: _matmul,
+    LinearOp: _linear,
+}
+
+
+def run_reference(
+    fusion: Fusion,
+    inputs: Sequence[Any],
+    *,
+    device: torch.device | None = None,
+    extents: dict[Scalar, int] | None = None,
+) -> list[Any]:
+    """Evaluate `fusion` on `inputs` with PyTorch; returns every output, aliased ones included."""
+    if device is None:
+        device = next((x.device for x in inputs if isinstance(x, torch.Tensor) and x.ndim > 0), torch.device("cpu"))
+    ex = ReferenceExecutor(fusion, device)
+    ex.bind(inputs, extents)
+    return ex.run()
