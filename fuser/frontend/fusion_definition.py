@@ -165,37 +165,41 @@ class FusionDefinition:
         for k, s in enumerate(shape):
             if not isinstance(s, int) or isinstance(s, bool) or s < -1:
                 raise ValueError(f"fd.define_tensor: shape[{k}] = {s!r}; entries must be -1 (symbolic) or sizes >= 0")
+        if stride_order is not None:
+            stride_order = list(stride_order)
+            if sorted(stride_order) != list(range(n)):
+                raise ValueError(f"fd.define_tensor: stride_order {stride_order} is not a permutation of 0..{n - 1}")
+        # allocation order, outermost first; contiguity is given in this order (as in nvFuser)
+        order = list(range(n))
+        if stride_order is not None:
+            order = sorted(range(n), key=lambda d: -stride_order[d])
         if contiguity is None:
-            contiguity = [None if s == 1 else False for s in shape]
+            contiguity = [None if shape[d] == 1 else False for d in order]
         elif isinstance(contiguity, bool):
-            contiguity = [None if s == 1 else contiguity for s in shape]
+            contiguity = [None if shape[d] == 1 else contiguity for d in order]
         contiguity = list(contiguity)
         if len(contiguity) != n:
             raise ValueError(f"fd.define_tensor: contiguity has {len(contiguity)} entries for a shape of {n} dims")
         for k, c in enumerate(contiguity):
             if c not in (True, False, None):
                 raise ValueError(f"fd.define_tensor: contiguity[{k}] = {c!r}; entries must be True, False or None")
-        if stride_order is not None:
-            stride_order = list(stride_order)
-            if sorted(stride_order) != list(range(n)):
-                raise ValueError(f"fd.define_tensor: stride_order {stride_order} is not a permutation of 0..{n - 1}")
         if is_cpu and n != 0:
             raise ValueError(f"fd.define_tensor: is_cpu=True is only for 0-dim scalar tensors, got {n} dims")
+        logical_contig = [None] * n
+        for p, d in enumerate(order):
+            logical_contig[d] = contiguity[p]
 
         with self._fusion.guard():
             ids = []
-            for s, c in zip(shape, contiguity):
+            for s, c in zip(shape, logical_contig):
                 if s == 1:
                     ids.append(IterDomain(1, IterType.Broadcast))
                 elif c is None:  # a broadcast presented at a larger size: stride 0
                     ids.append(IterDomain(1, IterType.Broadcast, expanded_extent=s if s >= 0 else IrScalar(DataType.Int)))
                 else:
                     ids.append(IterDomain(s if s >= 0 else IrScalar(DataType.Int)))
-            order = list(range(n))
-            if stride_order is not None:
-                order = sorted(range(n), key=lambda d: -stride_order[d])
             alloc = [ids[d] for d in order]
-            alloc_contig = [None if ids[d].is_broadcast else contiguity[d] for d in order]
+            alloc_contig = [None if ids[d].is_broadcast else contiguity[p] for p, d in enumerate(order)]
             domain = TensorDomain(ids, allocation=alloc if order != list(range(n)) else None, contiguity=alloc_contig)
             tv = TensorView(domain, dtype)
             tv.is_cpu_scalar = is_cpu

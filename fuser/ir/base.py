@@ -43,10 +43,11 @@ class Val:
 
     kind = "val"  # naming counter this class draws from
 
-    def __init__(self, dtype: DataType, fusion: "Fusion | None" = None) -> None:
+    def __init__(self, dtype: DataType, fusion: "Fusion | None" = None, named: bool = True) -> None:
         self.fusion = fusion if fusion is not None else current_fusion()
         self.dtype = dtype
-        self.name = self.fusion._next_name(self.kind)
+        # constants print as their value, so they take no name: i0, i1.. stay dense
+        self.name = self.fusion._next_name(self.kind) if named else -1
         self.definition: Expr | None = None
         self.uses: list[Expr] = []
 
@@ -80,7 +81,7 @@ class Scalar(Val):
             if value is None:
                 raise ValueError("a Scalar needs a dtype or a value")
             dtype = python_scalar_dtype(value)
-        super().__init__(dtype, fusion)
+        super().__init__(dtype, fusion, named=value is None)
         self.value = _coerce(value, dtype) if value is not None else None
 
     @property

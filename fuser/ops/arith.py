@@ -46,11 +46,16 @@ _REAL_ONLY_UNARY = frozenset(
     {
         UnaryOpType.Ceil, UnaryOpType.Floor, UnaryOpType.Frac, UnaryOpType.Round, UnaryOpType.Trunc,
         UnaryOpType.Erf, UnaryOpType.Erfc, UnaryOpType.Erfinv, UnaryOpType.Erfcinv, UnaryOpType.Lgamma,
-        UnaryOpType.Relu, UnaryOpType.Signbit, UnaryOpType.IsNegInf, UnaryOpType.IsPosInf, UnaryOpType.Exp2,
-        UnaryOpType.Sign,
+        UnaryOpType.Relu, UnaryOpType.Signbit, UnaryOpType.IsNegInf, UnaryOpType.IsPosInf, UnaryOpType.Sign,
     }
 )
 _FLOAT_ONLY_UNARY = frozenset({UnaryOpType.Frac, UnaryOpType.Erfcinv})
+# ops PyTorch defines for floating and complex inputs only (no integer or bool kernels)
+_INEXACT_ONLY_UNARY = frozenset({UnaryOpType.Silu})
+# ops PyTorch does not define for bool inputs (integers are fine)
+_NO_BOOL_UNARY = frozenset(
+    {UnaryOpType.Abs, UnaryOpType.Ceil, UnaryOpType.Floor, UnaryOpType.Round, UnaryOpType.Trunc, UnaryOpType.Relu}
+)
 _INT_ONLY_UNARY = frozenset({UnaryOpType.BitwiseNot})
 
 _INT_ONLY_BINARY = frozenset(
@@ -59,7 +64,9 @@ _INT_ONLY_BINARY = frozenset(
         BinaryOpType.Rshift, BinaryOpType.LogicalRshift, BinaryOpType.Gcd,
     }
 )
-_NO_BOOL_BINARY = frozenset({BinaryOpType.Lshift, BinaryOpType.Rshift, BinaryOpType.LogicalRshift, BinaryOpType.Gcd, BinaryOpType.Sub})
+_NO_BOOL_BINARY = frozenset({BinaryOpType.Lshift, BinaryOpType.Rshift, BinaryOpType.LogicalRshift, BinaryOpType.Gcd})
+# ops PyTorch has no bool kernel for: rejected when the operands promote to bool
+_NO_BOOL_RESULT_BINARY = frozenset({BinaryOpType.Mod, BinaryOpType.Remainder, BinaryOpType.Fmod, BinaryOpType.Pow})
 _REAL_ONLY_BINARY = frozenset(
     {
         BinaryOpType.Mod, BinaryOpType.Remainder, BinaryOpType.Fmod, BinaryOpType.Atan2, BinaryOpType.Max,
@@ -144,8 +151,12 @@ def unary_output_dtype(op: UnaryOpType, dt: DataType) -> DataType:
         raise TypeError(f"{name} needs an integer or bool operand, got {dt}")
     if op in _FLOAT_ONLY_UNARY and not dt.is_floating:
         raise TypeError(f"{name} needs a floating-point operand, got {dt}")
+    if op in _INEXACT_ONLY_UNARY and not (dt.is_floating or dt.is_complex):
+        raise TypeError(f"{name} needs a floating-point or complex operand, got {dt}")
     if op in _REAL_ONLY_UNARY and dt.is_complex:
         raise TypeError(f"{name} is not defined for complex operands ({dt})")
+    if op in _NO_BOOL_UNARY and dt.is_boolean:
+        raise TypeError(f"{name} is not defined for bool operands")
     if op in _BOOL_UNARY:
         return DataType.Bool
     if op in (UnaryOpType.Real, UnaryOpType.Imag):
@@ -198,13 +209,17 @@ def binary_output_dtype(op: BinaryOpType, operands: Sequence[Val]) -> DataType:
         raise TypeError(f"{name} needs integer or bool operands, got {', '.join(map(str, dts))}")
     if op in _NO_BOOL_BINARY and all(d.is_boolean for d in dts):
         raise TypeError(f"{name} is not defined for bool operands")
+    if op is BinaryOpType.Sub and any(d.is_boolean for d in dts):
+        raise TypeError("sub is not defined for bool operands; use logical_xor or bitwise_xor")
     if op in _REAL_ONLY_BINARY and any(d.is_complex for d in dts):
         raise TypeError(f"{name} is not defined for complex operands")
-    if op is BinaryOpType.Nextafter and not all(d.is_floating for d in dts):
-        raise TypeError(f"nextafter needs floating-point operands, got {', '.join(map(str, dts))}")
+    promoted = _promoted(operands)
+    if op in _NO_BOOL_RESULT_BINARY and promoted.is_boolean:
+        raise TypeError(f"{name} is not defined for bool operands")
+    if op is BinaryOpType.Nextafter and not promoted.is_floating:
+        raise TypeError(f"nextafter needs operands that promote to a floating-point type, got {', '.join(map(str, dts))}")
     if op.is_comparison or op.is_logical:
         return DataType.Bool
-    promoted = _promoted(operands)
     if op in _FLOAT_RESULT_BINARY and (promoted.is_integral or promoted.is_boolean):
         return DataType.Float
     return promoted

@@ -170,14 +170,14 @@ class BindingPlan:
                 parent[rb] = ra
 
         members: list[tuple[tuple[int, int], Val]] = []
-        class_rep: dict[Val, IterDomain] = {}  # node -> an ID of the exact class it stands for
+        class_reps: dict[IterDomain, None] = {}  # first ID of each exact class with an input axis
         for spec in self.tensor_specs:
             logical = spec.tv.logical_no_reductions()
             for d, (id_, dim) in enumerate(zip(logical, spec.dims)):
                 nodes: list[Val] = []
                 if dim.kind == _ITER:
                     rep = exact.class_of(id_)[0]
-                    class_rep[rep] = rep
+                    class_reps[rep] = None
                     nodes.append(rep)
                 if dim.bind is not None:
                     nodes.append(dim.bind)
@@ -192,7 +192,7 @@ class BindingPlan:
             by_group.setdefault(find(node), []).append(m)
         consts: dict[Val, tuple[int, str]] = {}
         owners = _id_owners(fusion)
-        for rep in class_rep:
+        for rep in class_reps:
             g = find(rep)
             if g in consts:
                 continue
@@ -341,31 +341,11 @@ def _check_scalar(spec: _ScalarInput, x: object) -> object:
     if isinstance(x, torch.Tensor):
         if x.ndim != 0:
             raise InputError(f"{label}: expected a Python number or a 0-dim tensor for a {dt} scalar, got {_describe(x)}")
-        tdt = x.dtype
-        ok = (
-            tdt == torch.bool
-            if dt.is_boolean
-            else tdt != torch.bool and not tdt.is_floating_point and not tdt.is_complex
-            if dt.is_integral
-            else tdt != torch.bool and not tdt.is_complex
-            if dt.is_floating
-            else tdt != torch.bool
-        )
-        if not ok:
-            raise InputError(f"{label}: expected {_scalar_kind(dt)} for {dt}, got a 0-dim tensor of dtype {tdt}")
+        if not _tensor_dtype_fits(dt, x.dtype):
+            raise InputError(f"{label}: expected {_scalar_kind(dt)} for {dt}, got a 0-dim tensor of dtype {x.dtype}")
         value = x.item()
     elif isinstance(x, (bool, int, float, complex)):
-        is_bool = isinstance(x, bool)
-        ok = (
-            is_bool
-            if dt.is_boolean
-            else isinstance(x, int) and not is_bool
-            if dt.is_integral
-            else isinstance(x, (int, float)) and not is_bool
-            if dt.is_floating
-            else not is_bool
-        )
-        if not ok:
+        if not _number_fits(dt, x):
             raise InputError(f"{label}: expected {_scalar_kind(dt)} for {dt}, got {_describe(x)}")
         value = x
     else:
@@ -377,6 +357,33 @@ def _check_scalar(spec: _ScalarInput, x: object) -> object:
     if dt.is_floating:
         return float(value)
     return complex(value)
+
+
+def _number_fits(dt: DataType, x: bool | int | float | complex) -> bool:
+    """Whether a Python number may be passed for a scalar of `dt`: bool only for Bool,
+    int for any numeric type, float for floating and complex, complex for complex."""
+    if isinstance(x, bool):
+        return dt.is_boolean
+    if dt.is_boolean:
+        return False
+    if isinstance(x, int):
+        return True
+    if isinstance(x, float):
+        return dt.is_floating or dt.is_complex
+    return dt.is_complex
+
+
+def _tensor_dtype_fits(dt: DataType, tdt: torch.dtype) -> bool:
+    """`_number_fits` for the dtype of a 0-dim tensor."""
+    if tdt == torch.bool:
+        return dt.is_boolean
+    if dt.is_boolean:
+        return False
+    if tdt.is_complex:
+        return dt.is_complex
+    if tdt.is_floating_point:
+        return dt.is_floating or dt.is_complex
+    return True
 
 
 def _scalar_kind(dt: DataType) -> str:

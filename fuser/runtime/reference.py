@@ -222,8 +222,22 @@ class ReferenceExecutor:
         raise EvaluationError(f"{v!r} has no value: it is neither an input, a constant, nor computed")
 
     def run(self) -> list[Any]:
-        for e in self.fusion.exprs():
+        exprs = self.fusion.exprs()
+        keep = set(self.fusion.outputs) | set(self.fusion.inputs)
+        last_use: dict[Val, int] = {}
+        for k, e in enumerate(exprs):
+            for v in e.inputs:
+                if isinstance(v, TensorView):
+                    last_use[v] = k
+        dead_after: dict[int, list[Val]] = {}
+        for v, k in last_use.items():
+            if v not in keep:
+                dead_after.setdefault(k, []).append(v)
+        for k, e in enumerate(exprs):
             self.run_expr(e)
+            # free intermediates after their last use: full-size fusions would not fit otherwise
+            for v in dead_after.get(k, ()):
+                self.env.pop(v, None)
         return [self.value(v) for v in self.fusion.outputs]
 
     def run_expr(self, e: Expr) -> None:
@@ -277,6 +291,9 @@ def _binary(ex: ReferenceExecutor, e: BinaryOp, args: list) -> list:
     if e.op_type is BinaryOpType.Nextafter:  # the next representable value of the actual type
         return [_to(_BINARY[e.op_type](*_as_tensors(a, b)), out)]
     a, b = _compute(a), _compute(b)
+    if isinstance(a, torch.Tensor) != isinstance(b, torch.Tensor):
+        # a Python number beside a tensor: many torch functions take it only second
+        a, b = _as_tensors(a, b)
     if e.op_type is BinaryOpType.Div and out.is_floating and not out.is_reduced_float:
         a, b = _as_float(a, out), _as_float(b, out)
     return [_to(_BINARY[e.op_type](a, b), out)]
@@ -448,7 +465,8 @@ def _load_store(ex: ReferenceExecutor, e: LoadStoreOp, args: list) -> list:
         order = [dom.logical.index(i) for i in dom.allocation]
         inverse = [order.index(k) for k in range(len(order))]
         return [x.permute(order).contiguous().permute(inverse)]
-    return [x.clone()]
+    # a copy only where the result escapes: an output must not alias an input
+    return [x.clone() if e.output.is_fusion_output else x]
 
 
 def _full(ex: ReferenceExecutor, e: FullOp, args: list) -> list:

@@ -1,0 +1,1 @@
+"""Real fusions used by the demo, the tests and the benchmarks."""
