@@ -10,6 +10,8 @@ from fuser.ir import DataType, Fusion, IterDomain, IterType, TensorDomain, Tenso
 from fuser.ir import Scalar as IrScalar
 from fuser.ir.dtype import from_torch, python_scalar_dtype
 
+from fuser.options import dump, dump_enabled
+
 from .cache import CachedFusion, FusionCache
 from .handles import Scalar, Tensor, Vector, _State
 from .ops import Operators
@@ -62,6 +64,8 @@ class FusionDefinition:
         # a cache hit shares the first definition's IR (and its compiled kernels)
         self._fusion = self._entry.fusion
         self._state_vals = self._entry.state_vals
+        if dump_enabled("fusion_ir"):
+            dump("fusion_ir", self.fusion_ir())
 
     def definition(self) -> None:
         """Subclasses override this to build the fusion with `self.ops`."""
@@ -384,6 +388,15 @@ class FusionDefinition:
 
     def cuda_code_for(self, inputs: Sequence[Any]) -> str:
         raise RuntimeError("fd.cuda_code_for(): fuser has not generated CUDA for this fusion; code generation is not available yet")
+
+    def last_scheduled_fusion_ir(self, tensor_transforms: bool = False) -> str:
+        raise RuntimeError("fd.last_scheduled_fusion_ir(): fuser has not scheduled this fusion; scheduling is not available yet")
+
+    def scheduled_fusion_ir_for(self, inputs: Sequence[Any]) -> str:
+        raise RuntimeError("fd.scheduled_fusion_ir_for(): fuser has not scheduled this fusion; scheduling is not available yet")
+
+    def segment(self, inputs: Sequence[Any]) -> list["FusionDefinition"]:
+        raise RuntimeError("fd.segment(): segmentation is not available yet")
 
 
 def _to_ref(v: Any) -> Any:

@@ -114,6 +114,7 @@ class Operators:
         a = self._operand(arg, name)
         self._tensor(a, name)
         dims = _dims(name, dims)
+        _check_dtype(name, dtype)
         return self._run(
             name,
             lambda: irops.reduction(_REDUCTIONS[name], a.val, dims, keepdim, dtype),

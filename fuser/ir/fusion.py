@@ -125,12 +125,11 @@ class Fusion:
     ) -> tuple["Fusion", dict[Any, Any]]:
         """A new fusion holding `exprs`, reading `inputs` and producing `outputs`."""
         exprs = list(exprs)
-        known = set(exprs)
+        available = {v for e in exprs for v in e.outputs} | set(inputs)
         for e in exprs:
             for v in e.inputs:
-                if v.definition not in known and v not in inputs and not (isinstance(v, Scalar) and v.is_const):
-                    if v.definition is None or v.definition.outputs[0] is not v or isinstance(v, TensorView):
-                        raise ValueError(f"{v!r} is read by {type(e).__name__} but neither produced nor an input")
+                if isinstance(v, TensorView) and v not in available:
+                    raise ValueError(f"{v!r} is read by {type(e).__name__} but neither produced nor an input")
         return self._copy(exprs, inputs, outputs)
 
     def _copy(self, exprs: Sequence[Expr], inputs: Sequence[Val], outputs: Sequence[Val]):

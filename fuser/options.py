@@ -1,0 +1,27 @@
+"""FUSER_DUMP / FUSER_DISABLE: debug dumps and optimisation switches named as nvFuser's."""
+from __future__ import annotations
+
+import os
+import sys
+
+KNOWN_DUMPS = frozenset({"fusion_ir", "segmented_fusion", "scheduler_params", "cuda_kernel", "host_ir", "launch_param"})
+
+
+def _names(var: str) -> frozenset[str]:
+    return frozenset(n.strip() for n in os.environ.get(var, "").split(",") if n.strip())
+
+
+def dump_enabled(name: str) -> bool:
+    """Whether FUSER_DUMP names `name` (read on each call, so tests can set it)."""
+    return name in _names("FUSER_DUMP")
+
+
+def disabled(name: str) -> bool:
+    """Whether FUSER_DISABLE names the optimisation `name`."""
+    return name in _names("FUSER_DISABLE")
+
+
+def dump(name: str, text: str) -> None:
+    """Print `text` to stderr under a header when FUSER_DUMP names `name`."""
+    if dump_enabled(name):
+        print(f"===== {name} =====\n{text.rstrip()}\n", file=sys.stderr)
