@@ -16,5 +16,7 @@ from fuser import (  # noqa: F401 - re-exported as nvfuser's names
     version,
 )
 
-# `from nvfuser.pytorch_utils import ...` needs the submodule registered under nvfuser's name
+# `from nvfuser.pytorch_utils import ...` resolves through sys.modules: register the
+# submodule under both names (setdefault: a real nvfuser installation keeps its own)
 _sys.modules.setdefault(__name__ + ".pytorch_utils", pytorch_utils)
+_sys.modules.setdefault("nvfuser.pytorch_utils", pytorch_utils)

@@ -252,6 +252,8 @@ class FusionDefinition:
     def define_vector(self, values: Sequence[Any] | int, dtype: DataType = DataType.Int) -> Vector:
         """A shape vector: from a list of ints/Scalars, or `size` new scalar inputs."""
         self._check_open("fd.define_vector")
+        if not isinstance(dtype, DataType) or not dtype.is_integral:
+            raise TypeError(f"fd.define_vector: dtype must be an integer DataType, got {dtype!r}")
         if isinstance(values, int):
             scalars = [self.define_scalar(None, dtype) for _ in range(values)]
         else:
@@ -357,6 +359,7 @@ class FusionDefinition:
         self._ensure_defined()
         from fuser.runtime.executor import run
 
+        inputs = _flatten_inputs(inputs)
         if print_repro:
             print(self.repro_script_for(inputs), file=sys.stderr)
         _check_options(_enable_options, _disable_options)
@@ -375,6 +378,7 @@ class FusionDefinition:
         from fuser.runtime.reference import run_reference
         from fuser.runtime.tolerance import assert_close
 
+        inputs = _flatten_inputs(inputs)
         outs = self.execute(inputs)
         if reference_outputs is None:
             reference_outputs = run_reference(self.fusion, [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs])
@@ -397,6 +401,17 @@ class FusionDefinition:
 
     def segment(self, inputs: Sequence[Any]) -> list["FusionDefinition"]:
         raise RuntimeError("fd.segment(): segmentation is not available yet")
+
+
+def _flatten_inputs(inputs: Sequence[Any]) -> list[Any]:
+    """nvFuser's execute spreads a list or tuple input (a vector of sizes) into scalar inputs."""
+    flat: list[Any] = []
+    for x in inputs:
+        if isinstance(x, (list, tuple)):
+            flat.extend(x)
+        else:
+            flat.append(x)
+    return flat
 
 
 def _to_ref(v: Any) -> Any:

@@ -242,7 +242,7 @@ class Operators:
         return self._run(
             "slice",
             lambda: irops.slice_(
-                self._tensor(a, "slice"), start.val, end.val, stride.val if stride else None, manual_normalization
+                self._tensor(a, "slice"), start.val, end.val, None if stride is None else stride.val, manual_normalization
             ),
             (a,),
             kwargs,
@@ -349,9 +349,10 @@ class Operators:
         if seed is not None:
             kwargs += [("rng_seed", seed), ("rng_offset", offset)]
         kwargs.append(("dtype", dtype))
+        seed_val, offset_val = (v.val if v is not None else None for v in (seed, offset))
         return self._run(
             name,
-            lambda: irops.rng(kind, a.val, b.val, vec.val, seed and seed.val, offset and offset.val, dtype),
+            lambda: irops.rng(kind, a.val, b.val, vec.val, seed_val, offset_val, dtype),
             (a, b),
             kwargs,
         )
@@ -367,9 +368,8 @@ class Operators:
         seed = self._operand(rng_seed, name, "rng_seed") if rng_seed is not None else None
         offset = self._operand(rng_offset, name, "rng_offset") if rng_offset is not None else None
         kwargs = [("rng_seed", seed), ("rng_offset", offset)] if seed is not None else []
-        return self._run(
-            name, lambda: build(self._tensor(a, name), seed and seed.val, offset and offset.val), (a,), kwargs
-        )
+        seed_val, offset_val = (v.val if v is not None else None for v in (seed, offset))
+        return self._run(name, lambda: build(self._tensor(a, name), seed_val, offset_val), (a,), kwargs)
 
     def rand_like(self, arg: Tensor, rng_seed: Any = None, rng_offset: Any = None) -> Tensor:
         return self._like("rand_like", irops.rand_like, arg, rng_seed, rng_offset)

@@ -46,7 +46,11 @@ def _key(v: Any) -> Any:
         return (type(v).__name__, tuple(_key(x) for x in v))
     if isinstance(v, float) and math.isnan(v):
         return ("float", "nan")
-    if isinstance(v, (bool, int, float, complex)):
+    if isinstance(v, float):  # 0.0 == -0.0, but they are different constants
+        return ("float", v, math.copysign(1.0, v))
+    if isinstance(v, complex):
+        return ("complex", _key(v.real), _key(v.imag))
+    if isinstance(v, (bool, int)):
         return (type(v).__name__, v)
     return v
 

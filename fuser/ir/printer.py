@@ -99,9 +99,8 @@ def _float_str(x: float) -> str:
         return "NAN"
     if x in (float("inf"), float("-inf")):
         return "INFINITY" if x > 0 else "-INFINITY"
-    if x.is_integer() and abs(x) < 1e16:
-        return str(int(x))
-    return repr(x)
+    # C++ `ostream << setprecision(max_digits10)`: double(0.00097656200000000005), double(-0.5), double(1024)
+    return f"{x:.17g}"
 
 
 def scalar_str(s: Scalar) -> str:
