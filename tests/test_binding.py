@@ -12,31 +12,14 @@ from fuser.ir import (
     FullOp,
     Fusion,
     IterDomain,
-    IterType,
     Scalar,
-    TensorDomain,
-    TensorView,
     UnaryOp,
     UnaryOpType,
 )
 from fuser.runtime.binding import Binding, BindingPlan, InputError, bind_inputs
 from fuser.runtime.descriptor import compute_contiguity, compute_tensor_descriptor
 
-
-def sym() -> Scalar:
-    return Scalar(DataType.Int)
-
-
-def it(extent=None) -> IterDomain:
-    return IterDomain(extent if extent is not None else sym())
-
-
-def bc(expanded=None) -> IterDomain:
-    return IterDomain(1, IterType.Broadcast, expanded_extent=expanded)
-
-
-def tv(ids, dtype=DataType.Float, **kw) -> TensorView:
-    return TensorView(TensorDomain(ids, **kw), dtype)
+from irbuild import bc, it, sym, tv
 
 
 def fusion_of(*make):

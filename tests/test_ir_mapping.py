@@ -24,7 +24,6 @@ from fuser.ir import (
     SelectOp,
     SliceOp,
     SqueezeOp,
-    TensorDomain,
     TensorView,
     TernaryOp,
     TernaryOpType,
@@ -35,21 +34,7 @@ from fuser.ir import (
 from fuser.ir.domain import resize
 from fuser.ir.mapping import ExactMap, exact_pairs
 
-
-def sym() -> Scalar:
-    return Scalar(DataType.Int)
-
-
-def it(extent=None) -> IterDomain:
-    return IterDomain(extent if extent is not None else sym())
-
-
-def bc(expanded=None) -> IterDomain:
-    return IterDomain(1, IterType.Broadcast, expanded_extent=expanded)
-
-
-def tv(ids, dtype=DataType.Float, **kw) -> TensorView:
-    return TensorView(TensorDomain(ids, **kw), dtype)
+from irbuild import bc, it, sym, tv
 
 
 def like(t: TensorView, dtype=None) -> TensorView:
