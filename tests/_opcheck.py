@@ -43,8 +43,13 @@ def _seed(request):
     torch.manual_seed(int.from_bytes(digest[:8], "little"))
 
 
-def ids(values: Sequence[Any]) -> list[str]:
-    return [v.name if isinstance(v, DataType) else str(v) for v in values]
+def ids(values: Any) -> Any:
+    """Test ids for parametrize: `ids=ids(list)` or `ids=ids` (called per value)."""
+    if isinstance(values, DataType):
+        return values.name
+    if isinstance(values, (list, tuple)):
+        return [ids(v) for v in values]
+    return None
 
 
 # --- inputs ----------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from fuser.ir import (
     UnaryOpType,
     Val,
 )
-from fuser.ir.dtype import result_type, to_real
+from fuser.ir.dtype import promote_types, result_type, to_complex, to_real
 
 Operand = Union[TensorView, Scalar]
 
@@ -131,9 +131,33 @@ def _new_output(operands: Sequence[Val], dtype: DataType) -> Val:
 
 
 def _promoted(operands: Sequence[Val]) -> DataType:
-    tvs = [a.dtype for a in operands if isinstance(a, TensorView)]
+    """PyTorch's result type: tensors with dimensions outrank 0-dim tensors, which outrank
+    scalars (wrapped numbers); a lower tier counts only where its category is higher."""
+    tvs = [a for a in operands if isinstance(a, TensorView)]
     scalars = [a.dtype for a in operands if not isinstance(a, TensorView)]
-    return result_type(tvs, scalars)
+    if not tvs:
+        return result_type([], scalars)
+    dim = [t.dtype for t in tvs if t.logical_no_reductions()]
+    zero = [t.dtype for t in tvs if not t.logical_no_reductions()]
+    lower = result_type(zero, scalars) if zero else (result_type([DataType.Bool], scalars) if scalars else None)
+    if not dim:
+        return lower
+    higher = result_type(dim, [])
+    return higher if lower is None else _combine_categories(higher, lower)
+
+
+def _combine_categories(higher: DataType, lower: DataType) -> DataType:
+    """torch's combine_categories: `lower` (a 0-dim tensor's or a number's type) only
+    contributes where its category is above `higher`'s."""
+    if higher.is_complex:
+        return higher
+    if lower.is_complex:
+        return to_complex(higher) if higher.is_floating else lower
+    if higher.is_floating:
+        return higher
+    if higher.is_boolean or lower.is_floating:
+        return promote_types(higher, lower)
+    return higher
 
 
 def _check_operands(name: str, operands: Sequence[Val]) -> None:
@@ -225,10 +249,29 @@ def binary_output_dtype(op: BinaryOpType, operands: Sequence[Val]) -> DataType:
     return promoted
 
 
+def _align_ranks(operands: Sequence[Operand]) -> list[Operand]:
+    """Tensors of lower rank get broadcast axes in front, as PyTorch (and nvFuser) broadcast."""
+    tvs = _tensors(operands)
+    if not tvs:
+        return list(operands)
+    n = max(len(t.logical_no_reductions()) for t in tvs)
+    out = []
+    for x in operands:
+        if isinstance(x, TensorView) and len(x.logical_no_reductions()) < n:
+            from .reduction import broadcast
+
+            r = len(x.logical_no_reductions())
+            x = broadcast(x, [True] * (n - r) + [False] * r)
+        out.append(x)
+    return out
+
+
 def binary(op: BinaryOpType, a: Operand, b: Operand) -> Operand:
     """`op(a, b)` with PyTorch's type promotion and broadcasting of size-1 axes."""
     _check_operands(op.value, [a, b])
-    out = _new_output([a, b], binary_output_dtype(op, [a, b]))
+    dtype = binary_output_dtype(op, [a, b])  # before broadcasting: 0-dim tensors promote as such
+    a, b = _align_ranks([a, b])
+    out = _new_output([a, b], dtype)
     BinaryOp([a, b], [out], op_type=op)
     return out
 
@@ -238,41 +281,67 @@ def ternary(op: TernaryOpType, a: Operand, b: Operand, c: Operand) -> Operand:
     operands = [a, b, c]
     _check_operands(op.value, operands)
     if op is TernaryOpType.Where:
+        if not a.dtype.is_boolean:
+            raise TypeError(f"where needs a bool condition, got {a.dtype}")
         dtype = _promoted([b, c])
+        if isinstance(a, TensorView) and not _tensors([b, c]):
+            # two numbers into a tensor: PyTorch's default type of their category (1.5 -> Float)
+            dtype = result_type([DataType.Bool], [dtype])
     elif op is TernaryOpType.Lerp:
         dtype = _promoted(operands)
-        if not (dtype.is_floating or dtype.is_complex):
+        tensor_dtypes = {x.dtype for x in _tensors(operands)}
+        if not all(d.is_floating or d.is_complex for d in tensor_dtypes | {dtype}):
             raise TypeError(f"lerp needs floating-point operands, got {', '.join(str(x.dtype) for x in operands)}")
+        if len(tensor_dtypes) > 1:
+            raise TypeError(f"lerp needs tensors of one dtype, got {', '.join(sorted(map(str, tensor_dtypes)))}")
     elif op is TernaryOpType.Clamp:
         if any(x.dtype.is_complex for x in operands):
             raise TypeError("clamp is not defined for complex operands")
         dtype = _promoted(operands)
+        if dtype.is_boolean:
+            raise TypeError("clamp is not defined for bool operands")
     else:  # threshold keeps the input's type, as torch.threshold does
-        if a.dtype.is_complex:
-            raise TypeError("threshold is not defined for complex operands")
+        if a.dtype.is_complex or a.dtype.is_boolean:
+            raise TypeError(f"threshold is not defined for {a.dtype} operands")
         dtype = a.dtype
+    operands = _align_ranks(operands)  # after promotion: 0-dim tensors promote as such
     out = _new_output(operands, dtype)
     TernaryOp(operands, [out], op_type=op)
     return out
 
 
 def where(cond: Operand, x: Operand, y: Operand) -> Operand:
-    if not cond.dtype.is_boolean:
-        cond = binary(BinaryOpType.Ne, cond, Scalar(cond.dtype, 0))
+    """torch.where: `cond` must be bool, as PyTorch requires."""
     return ternary(TernaryOpType.Where, cond, x, y)
 
 
 # --- composites ----------------------------------------------------------------------
 
 
+def _scaled(name: str, a: Operand, b: Operand, alpha: Operand) -> Operand:
+    """alpha * b in the type of the result (a, b promoted), checking alpha as torch.add does."""
+    _check_operands(name, [a, b, alpha])
+    dtype = _promoted([a, b])
+    if alpha.dtype.is_boolean and not dtype.is_boolean:
+        raise TypeError(f"{name}: a bool alpha needs bool operands, the result is {dtype}")
+    if alpha.dtype.is_floating and (dtype.is_integral or dtype.is_boolean):
+        raise TypeError(f"{name}: alpha must not be a floating-point number for integral operands ({dtype})")
+    if alpha.dtype.is_complex and not dtype.is_complex:
+        raise TypeError(f"{name}: alpha must not be a complex number for non-complex operands ({dtype})")
+    scaled = binary(BinaryOpType.Mul, b, alpha)
+    return cast(scaled, dtype) if scaled.dtype is not dtype else scaled
+
+
 def add_alpha(a: Operand, b: Operand, alpha: Operand) -> Operand:
     """a + alpha * b (torch.add's alpha)."""
-    return binary(BinaryOpType.Add, a, binary(BinaryOpType.Mul, b, alpha))
+    return binary(BinaryOpType.Add, a, _scaled("add_alpha", a, b, alpha))
 
 
 def sub_alpha(a: Operand, b: Operand, alpha: Operand) -> Operand:
     """a - alpha * b (torch.sub's alpha)."""
-    return binary(BinaryOpType.Sub, a, binary(BinaryOpType.Mul, b, alpha))
+    if any(x.dtype.is_boolean for x in (a, b)):
+        raise TypeError("sub_alpha is not defined for bool operands")
+    return binary(BinaryOpType.Sub, a, _scaled("sub_alpha", a, b, alpha))
 
 
 def addcmul(x: Operand, a: Operand, b: Operand, value: Operand) -> Operand:

@@ -15,6 +15,7 @@ from fuser.ir import (
     ScanOp,
     TensorDomain,
     TensorView,
+    UnaryOpType,
     WelfordOp,
 )
 
@@ -125,6 +126,12 @@ def var_mean(
     x: TensorView, dims: Sequence[int], correction: int = 1, keepdim: bool = False
 ) -> tuple[TensorView, TensorView]:
     """(variance, mean) over `dims` with Bessel-style `correction`, like torch.var_mean."""
+    if isinstance(x, TensorView) and x.dtype.is_complex:
+        # as torch: a real variance, the sum of the real and imaginary parts' variances
+        re_var, re_mean = var_mean(arith.unary(UnaryOpType.Real, x), dims, correction, keepdim)
+        im_var, im_mean = var_mean(arith.unary(UnaryOpType.Imag, x), dims, correction, keepdim)
+        im_mean = arith.binary(BinaryOpType.Mul, im_mean, Scalar(DataType.ComplexDouble, 1j))
+        return arith.binary(BinaryOpType.Add, re_var, im_var), arith.binary(BinaryOpType.Add, re_mean, im_mean)
     if not x.dtype.is_floating:
         raise TypeError(f"var_mean needs a floating-point tensor, got {x.dtype}")
     ndim = x.ndim

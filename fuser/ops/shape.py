@@ -367,6 +367,8 @@ def cat(tensors: Sequence[TensorView], dim: int = 0) -> TensorView:
     for k, t in enumerate(tensors):
         if t.ndim != n:
             raise ValueError(f"cat: tensor {k} has {t.ndim} dimensions, tensor 0 has {n}")
+    if n == 0:
+        raise ValueError("cat: zero-dimensional tensors cannot be concatenated")
     (dim,) = normalize_dims([dim], n, "dim")
     from fuser.ir.dtype import result_type
 

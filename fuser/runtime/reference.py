@@ -113,8 +113,12 @@ _UNARY: dict[UnaryOpType, Callable[[torch.Tensor], torch.Tensor]] = {
 
 
 def _logical_rshift(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    bits = torch.iinfo(a.dtype).bits
-    b = torch.as_tensor(b, device=a.device).to(a.dtype)
+    # shift in the promoted type: an int32 beside an int64 is sign-extended first
+    dt = torch.result_type(a, b)
+    a = torch.as_tensor(a, device=b.device if isinstance(b, torch.Tensor) else None).to(dt)
+    b = torch.as_tensor(b, device=a.device).to(dt)
+    a, b = torch.broadcast_tensors(a, b)
+    bits = torch.iinfo(dt).bits
     safe = torch.clamp(b, 1, bits - 1)
     mask = (torch.ones_like(a) << (bits - safe)) - 1  # wraps to all-ones below the shifted-in zeros
     shifted = (a >> safe) & mask
@@ -518,12 +522,17 @@ def _scatter(ex: ReferenceExecutor, e: ScatterOp, args: list) -> list:
 
 
 def _matmul(ex: ReferenceExecutor, e: MatmulOp, args: list) -> list:
-    a, b = args
+    a, b = (_compute(x) for x in args)
     return [torch.matmul(a, b).to(e.output.dtype.torch)]
 
 
 def _linear(ex: ReferenceExecutor, e: LinearOp, args: list) -> list:
-    return [F.linear(*args).to(e.output.dtype.torch)]
+    x, w, *bias = (_compute(a) for a in args)
+    if w.ndim == 1 and bias:
+        # F.linear takes a 1-D weight with a 0-dim bias, except for a 2-D input (its addmm
+        # path wants a matrix): add the bias separately, as F.linear does for other ranks
+        return [(F.linear(x, w) + bias[0]).to(e.output.dtype.torch)]
+    return [F.linear(x, w, *bias).to(e.output.dtype.torch)]
 
 
 _HANDLERS: dict[type, Callable[[ReferenceExecutor, Any, list], list]] = {

@@ -38,7 +38,10 @@ def assert_close(got: Any, want: Any, *, what: str = "value", rtol: float | None
     if got.shape != want.shape:
         raise AssertionError(f"{what}: shape {tuple(got.shape)}, expected {tuple(want.shape)}")
     r, a = tolerances(want.dtype)
+    got, want = got.cpu(), want.cpu()
+    if want.dtype in (torch.float8_e4m3fn, torch.float8_e5m2):  # torch compares no fp8 with tolerances
+        got, want = got.float(), want.float()
     torch.testing.assert_close(
-        got.cpu(), want.cpu(), rtol=r if rtol is None else rtol, atol=a if atol is None else atol,
+        got, want, rtol=r if rtol is None else rtol, atol=a if atol is None else atol,
         equal_nan=True, msg=lambda m: f"{what}: {m}",
     )
