@@ -1,5 +1,5 @@
 """Fusion IR: data types, values, iteration domains, expressions and the Fusion container."""
-from .base import Expr, Scalar, Val, const, current_fusion, fusion_guard
+from .base import Expr, Scalar, Val, current_fusion, fusion_guard
 from .domain import (
     IterDomain,
     IterType,

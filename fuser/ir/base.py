@@ -106,11 +106,6 @@ def _coerce(value: Any, dtype: DataType) -> Any:
     raise TypeError(f"a scalar cannot have dtype {dtype}")
 
 
-def const(value: Any, dtype: DataType | None = None) -> Scalar:
-    """A constant scalar in the current fusion (one per call: constants are not pooled)."""
-    return Scalar(dtype, value)
-
-
 class Expr:
     """An operation: reads `inputs`, defines `outputs`; subclasses add attributes.
 
@@ -155,9 +150,6 @@ class Expr:
     @property
     def output(self) -> Val:
         return self.outputs[0]
-
-    def attrs(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in self.attr_names}
 
     def __repr__(self) -> str:
         from .printer import expr_str

@@ -237,11 +237,6 @@ def resize(id_: IterDomain, left: Scalar | int, right: Scalar | int, new_extent:
     return out
 
 
-def new_ids_like(ids: Sequence[IterDomain], *, drop_reductions: bool = True) -> list[IterDomain]:
-    """Fresh root IterDomains for a consumer of a tensor with logical domain `ids`."""
-    return [i.clone_like() for i in ids if not (drop_reductions and i.is_reduction)]
-
-
 __all__ = [
     "IterType",
     "ParallelType",
@@ -254,6 +249,5 @@ __all__ = [
     "split",
     "merge",
     "resize",
-    "new_ids_like",
     "current_fusion",
 ]

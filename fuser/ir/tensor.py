@@ -1,8 +1,6 @@
 """TensorView: a tensor value in a fusion, described by its TensorDomain."""
 from __future__ import annotations
 
-from typing import Sequence
-
 from .base import Val
 from .domain import IterDomain, MemoryType, TensorDomain
 from .dtype import DataType
@@ -19,10 +17,6 @@ class TensorView(Val):
         super().__init__(dtype)
         self.domain = domain
         self.memory_type = memory_type
-
-    @classmethod
-    def from_ids(cls, ids: Sequence[IterDomain], dtype: DataType, **domain_kwargs) -> "TensorView":
-        return cls(TensorDomain(ids, **domain_kwargs), dtype)
 
     # --- the user's view ------------------------------------------------------------
     @property
@@ -48,6 +42,3 @@ class TensorView(Val):
     @property
     def ndim(self) -> int:
         return len(self.logical_no_reductions())
-
-    def axis(self, i: int) -> IterDomain:
-        return self.loop[i]
