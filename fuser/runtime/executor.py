@@ -14,7 +14,7 @@ def run(entry: Any, inputs: Sequence[Any], *, device: Any = None) -> list[torch.
     and left out of the returned list."""
     fusion = entry.fusion
     binding = bind_inputs(fusion, inputs, device=torch.device(device) if device is not None else None)
-    outs = run_reference(fusion, binding.tensors, device=binding.device, extents=binding.extents)
+    outs = run_reference(fusion, binding.tensors, binding=binding)
     results = []
     for val, out in zip(fusion.outputs, outs):
         alias = fusion.output_aliases.get(val)

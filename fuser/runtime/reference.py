@@ -50,6 +50,8 @@ from fuser.ir import (
     WelfordOp,
 )
 
+from .binding import Binding, bind_inputs
+
 
 class EvaluationError(RuntimeError):
     """An expression could not be evaluated on the given inputs."""
@@ -197,20 +199,10 @@ class ReferenceExecutor:
         self.env: dict[Val, Any] = {}
 
     # --- values -------------------------------------------------------------------------
-    def bind(self, inputs: Sequence[Any], extents: dict[Scalar, int] | None = None) -> None:
-        """Bind fusion inputs (and their symbolic extents, read from the tensors' sizes)."""
-        for val, x in zip(self.fusion.inputs, inputs):
-            if isinstance(val, TensorView):
-                self.env[val] = x
-                if extents is None:
-                    for i, size in zip(val.logical, x.shape):
-                        for e in (i.extent, i.expanded_extent):
-                            if e is not None and not e.is_const and e.definition is None:
-                                self.env.setdefault(e, 1 if (i.is_broadcast and e is i.extent) else int(size))
-            else:
-                self.env[val] = x.item() if isinstance(x, torch.Tensor) else x
-        if extents:
-            self.env.update(extents)
+    def bind(self, binding: Binding) -> None:
+        """Bind the fusion's inputs and their symbolic extents from a validated Binding."""
+        self.env.update(zip(self.fusion.inputs, binding.tensors))
+        self.env.update(binding.extents)
 
     def value(self, v: Val) -> Any:
         """The value of `v`: bound, constant, or computed from its definition (extents)."""
@@ -226,17 +218,7 @@ class ReferenceExecutor:
         raise EvaluationError(f"{v!r} has no value: it is neither an input, a constant, nor computed")
 
     def run(self) -> list[Any]:
-        exprs = self.fusion.exprs()
-        keep = set(self.fusion.outputs) | set(self.fusion.inputs)
-        last_use: dict[Val, int] = {}
-        for k, e in enumerate(exprs):
-            for v in e.inputs:
-                if isinstance(v, TensorView):
-                    last_use[v] = k
-        dead_after: dict[int, list[Val]] = {}
-        for v, k in last_use.items():
-            if v not in keep:
-                dead_after.setdefault(k, []).append(v)
+        exprs, dead_after = _free_plan(self.fusion)
         for k, e in enumerate(exprs):
             self.run_expr(e)
             # free intermediates after their last use: full-size fusions would not fit otherwise
@@ -262,6 +244,27 @@ class ReferenceExecutor:
 
 
 _MISSING = object()
+
+
+def _free_plan(fusion: Fusion) -> tuple[list[Expr], dict[int, list[Val]]]:
+    """The fusion's exprs and, per expr index, the intermediates last read there; cached on
+    the fusion until its exprs change, so a repeated execute does not recompute it."""
+    exprs = fusion.exprs()
+    cached = fusion.__dict__.get("_reference_free_plan")
+    if cached is not None and cached[0] is exprs:
+        return cached
+    keep = set(fusion.outputs) | set(fusion.inputs)
+    last_use: dict[Val, int] = {}
+    for k, e in enumerate(exprs):
+        for v in e.inputs:
+            if isinstance(v, TensorView):
+                last_use[v] = k
+    dead_after: dict[int, list[Val]] = {}
+    for v, k in last_use.items():
+        if v not in keep:
+            dead_after.setdefault(k, []).append(v)
+    fusion._reference_free_plan = (exprs, dead_after)
+    return exprs, dead_after
 
 
 def _compute(x: Any) -> Any:
@@ -562,16 +565,12 @@ _HANDLERS: dict[type, Callable[[ReferenceExecutor, Any, list], list]] = {
 }
 
 
-def run_reference(
-    fusion: Fusion,
-    inputs: Sequence[Any],
-    *,
-    device: torch.device | None = None,
-    extents: dict[Scalar, int] | None = None,
-) -> list[Any]:
-    """Evaluate `fusion` on `inputs` with PyTorch; returns every output, aliased ones included."""
-    if device is None:
-        device = next((x.device for x in inputs if isinstance(x, torch.Tensor) and x.ndim > 0), torch.device("cpu"))
-    ex = ReferenceExecutor(fusion, device)
-    ex.bind(inputs, extents)
+def run_reference(fusion: Fusion, inputs: Sequence[Any], *, binding: Binding | None = None) -> list[Any]:
+    """Evaluate `fusion` on `inputs` with PyTorch; returns every output, aliased ones included.
+
+    `binding` is the inputs' validated Binding when the caller already has one."""
+    if binding is None:
+        binding = bind_inputs(fusion, inputs)
+    ex = ReferenceExecutor(fusion, binding.device)
+    ex.bind(binding)
     return ex.run()
