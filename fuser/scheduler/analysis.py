@@ -1,0 +1,502 @@
+"""Structural facts schedulers decide from, computed once per fusion and cheaply per
+sub-fusion.
+
+`FusionAnalysis` numbers a fusion's tensor-level expressions and iteration domains and
+records, per expression, which producer and consumer axes are the same axis (the
+*permissive* map: a broadcast axis maps to the axis it is broadcast to). `SubFusion` is
+a set of those expressions — a candidate segment — and answers what a scheduler asks:
+which axes it iterates over, whether one tensor covers them all, its reductions and
+their persistent buffers. The segmenter asks about thousands of candidate segments, so a
+`SubFusion` works on integer ids and never copies IR.
+"""
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from fuser._core.idmap import IdUnion
+
+from fuser.ir import (
+    BroadcastOp,
+    CatOp,
+    Expr,
+    ExpandOp,
+    FullOp,
+    Fusion,
+    GatherOp,
+    IndexSelectOp,
+    IotaOp,
+    IterDomain,
+    LinearOp,
+    LoadStoreOp,
+    MatmulOp,
+    PadOp,
+    ReductionOp,
+    ReshapeOp,
+    RNGOp,
+    ScanOp,
+    ScatterOp,
+    SelectOp,
+    SliceOp,
+    SqueezeOp,
+    TensorView,
+    WelfordOp,
+)
+from fuser.ir.exprs import LoadStoreOpType
+from fuser.ir.mapping import exact_pairs
+from fuser.ir.transforms import id_exprs_between
+
+from .runtime_info import PERSISTENT_REGISTER_FRACTION, SMEM_RESERVED_PER_BLOCK, SchedulerRuntimeInfo
+
+# --- expression kinds ---------------------------------------------------------------------
+POINTWISE = "pointwise"  # elementwise math, casts, set, factories, indexing
+REDUCTION = "reduction"  # a reduction over at least one non-broadcast axis
+VIEW = "view"  # broadcast / squeeze / expand: metadata only
+RESHAPE = "reshape"
+RESIZE = "resize"  # slice, pad, cat
+ATEN = "aten"  # work only ATen does (matmul, linear, scan, scatter)
+SCALAR = "scalar"  # scalar arithmetic: evaluated on the host wherever it is needed
+
+_ATEN_ONLY = (MatmulOp, LinearOp, ScanOp, ScatterOp)
+_RESIZE = (SliceOp, PadOp, CatOp)
+_VIEW = (BroadcastOp, SqueezeOp, ExpandOp)
+_INDEXING = (SelectOp, IndexSelectOp, GatherOp)
+#: ops a consumer segment may recompute instead of reading their result from memory
+_RECOMPUTABLE_KINDS = frozenset({POINTWISE, VIEW})
+
+
+def is_segmenter_set(e: Expr) -> bool:
+    return isinstance(e, LoadStoreOp) and e.op_type is LoadStoreOpType.SegmenterSet
+
+
+def is_trivial_reduction(e: Expr) -> bool:
+    """A reduction over broadcast axes only: a squeeze in all but name."""
+    if not isinstance(e, (ReductionOp, WelfordOp)):
+        return False
+    out = e.outputs[0]
+    inp = e.inputs[0]
+    for p, c in zip(inp.logical_no_reductions(), out.root):
+        if c.is_reduction and not p.is_broadcast:
+            return False
+    return True
+
+
+def expr_kind(e: Expr) -> str:
+    if not any(isinstance(v, TensorView) for v in e.outputs):
+        return SCALAR
+    if isinstance(e, (ReductionOp, WelfordOp)):
+        return VIEW if is_trivial_reduction(e) else REDUCTION
+    if isinstance(e, _ATEN_ONLY):
+        return ATEN
+    if isinstance(e, _RESIZE):
+        return RESIZE
+    if isinstance(e, ReshapeOp):
+        return RESHAPE
+    if isinstance(e, _VIEW):
+        return VIEW
+    return POINTWISE
+
+
+def is_recomputable(e: Expr) -> bool:
+    """Whether a consumer segment may recompute `e` rather than read its output: cheap,
+    deterministic work (never RNG, reductions, or ATen-only ops)."""
+    return expr_kind(e) in _RECOMPUTABLE_KINDS and not isinstance(e, RNGOp) and not is_segmenter_set(e)
+
+
+def _permissive_pairs(e: Expr) -> list[tuple[IterDomain, IterDomain]]:
+    """exact_pairs plus broadcast producer axes mapped to the consumer axes they meet,
+    and a cat's concatenated axes (related by the resize that places each input)."""
+    pairs = exact_pairs(e)
+    outs = [o for o in e.outputs if isinstance(o, TensorView)]
+    ins = [v for v in e.inputs if isinstance(v, TensorView)]
+    if isinstance(e, CatOp):
+        for inp in ins:
+            pairs.append((inp.logical_no_reductions()[e.dim], outs[0].root[e.dim]))
+        return pairs
+    if isinstance(e, (SqueezeOp, BroadcastOp, SelectOp, IndexSelectOp, GatherOp, ScatterOp, MatmulOp, LinearOp, FullOp, IotaOp, RNGOp)):
+        return pairs
+    for out in outs:
+        for inp in ins:
+            p_ids, c_ids = inp.logical_no_reductions(), out.root
+            if len(p_ids) == len(c_ids):
+                pairs.extend((p, c) for p, c in zip(p_ids, c_ids) if p.is_broadcast and not c.is_broadcast)
+    return pairs
+
+
+class FusionAnalysis:
+    """Integer-indexed view of one fusion for scheduler checks on its sub-fusions."""
+
+    def __init__(self, fusion: Fusion, info: SchedulerRuntimeInfo | None = None) -> None:
+        self.fusion = fusion
+        self.info = info
+        self.exprs: list[Expr] = [e for e in fusion.exprs()]
+        self.expr_index: dict[Expr, int] = {e: k for k, e in enumerate(self.exprs)}
+        self.kinds: list[str] = [expr_kind(e) for e in self.exprs]
+        self._id_index: dict[IterDomain, int] = {}
+        self.ids: list[IterDomain] = []
+        self._logical: dict[TensorView, tuple[int, ...]] = {}
+        self._concrete: dict[TensorView, tuple[int, ...]] = {}
+        #: per expr: (producer id, consumer id) pairs of the same axis
+        self.pairs: list[list[tuple[int, int]]] = []
+        #: per expr: the Split/Merge/Resize between its outputs' root and logical domains
+        self.transforms: list[list[tuple[tuple[int, ...], tuple[int, ...]]]] = []
+        for e in self.exprs:
+            self.pairs.append([(self.id_of(p), self.id_of(c)) for p, c in _permissive_pairs(e)])
+            ts = []
+            for out in e.outputs:
+                if isinstance(out, TensorView) and out.domain.has_root:
+                    for t in id_exprs_between(out.root, out.logical):
+                        ts.append(self._relation(t.inputs, t.outputs))
+                    if isinstance(e, ReshapeOp):
+                        # a reshape's root and logical axes cover each other, also when the
+                        # sizes are symbolic and no Split/Merge says how
+                        ts.append(self._relation(out.root, out.logical))
+            self.transforms.append(ts)
+        for tv in fusion.tensors():
+            for i in tv.domain.all_ids():
+                self.id_of(i)
+        offsets = np.zeros(len(self.exprs) + 1, dtype=np.int64)
+        np.cumsum([len(p) for p in self.pairs], out=offsets[1:])
+        flat = np.fromiter((x for p in self.pairs for pair in p for x in pair), dtype=np.int64, count=2 * int(offsets[-1]))
+        #: the axis classes of one sub-fusion at a time (see SubFusion.uf)
+        self.idunion = IdUnion(len(self.ids), offsets, flat)
+        self._uf_owner: "SubFusion | None" = None
+        #: per tensor: the exprs (indices) reading it
+        self.uses: dict[TensorView, list[int]] = {}
+        for k, e in enumerate(self.exprs):
+            for v in e.inputs:
+                if isinstance(v, TensorView):
+                    lst = self.uses.setdefault(v, [])
+                    if not lst or lst[-1] != k:
+                        lst.append(k)
+        self.outputs = set(fusion.outputs)
+
+    def _relation(self, ins, outs) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """(input axes, output axes) of a transform; broadcast axes iterate over nothing."""
+        def ids(xs):
+            return tuple(self.id_of(i) for i in xs if isinstance(i, IterDomain) and not i.is_broadcast)
+        return ids(ins), ids(outs)
+
+    def id_of(self, i: IterDomain) -> int:
+        got = self._id_index.get(i)
+        if got is None:
+            got = self._id_index[i] = len(self.ids)
+            self.ids.append(i)
+        return got
+
+    def logical_ids(self, tv: TensorView) -> tuple[int, ...]:
+        """`tv`'s logical axes (reductions dropped) as ids (cached)."""
+        got = self._logical.get(tv)
+        if got is None:
+            ids = tv.logical_no_reductions()
+            got = self._logical[tv] = tuple(self.id_of(i) for i in ids)
+            self._concrete[tv] = tuple(self.id_of(i) for i in ids if not i.is_broadcast)
+        return got
+
+    def concrete_ids(self, tv: TensorView) -> tuple[int, ...]:
+        """`tv`'s non-broadcast logical axes as ids (cached)."""
+        got = self._concrete.get(tv)
+        if got is None:
+            self.logical_ids(tv)
+            got = self._concrete[tv]
+        return got
+
+    def sub(self, exprs: Iterable[int]) -> "SubFusion":
+        return SubFusion(self, exprs)
+
+    def whole(self) -> "SubFusion":
+        return SubFusion(self, range(len(self.exprs)))
+
+
+class Reduction:
+    """One non-trivial reduction of a sub-fusion: its axes as classes of the sub-fusion's map."""
+
+    __slots__ = ("expr", "index", "input", "iter_classes", "red_classes", "is_inner")
+
+    def __init__(self, expr: Expr, index: int, input: TensorView, iter_classes: frozenset[int],
+                 red_classes: frozenset[int], is_inner: bool) -> None:
+        self.expr, self.index, self.input = expr, index, input
+        self.iter_classes, self.red_classes, self.is_inner = iter_classes, red_classes, is_inner
+
+    def same_axes(self, other: "Reduction") -> bool:
+        return self.iter_classes == other.iter_classes and self.red_classes == other.red_classes
+
+
+class SubFusion:
+    """A candidate segment: some of a FusionAnalysis's exprs, and what schedulers ask of them."""
+
+    def __init__(self, analysis: FusionAnalysis, exprs: Iterable[int]) -> None:
+        self.a = analysis
+        self.expr_ids: list[int] = sorted(set(exprs))
+        self._expr_array = np.array(self.expr_ids, dtype=np.int64)
+        self.exprs: list[Expr] = [analysis.exprs[k] for k in self.expr_ids]
+        self._members = set(self.expr_ids)
+        produced: dict[TensorView, None] = {}
+        inputs: dict[TensorView, None] = {}
+        for e in self.exprs:
+            for v in e.inputs:
+                if isinstance(v, TensorView) and v not in produced:
+                    inputs[v] = None
+            for v in e.outputs:
+                if isinstance(v, TensorView):
+                    produced[v] = None
+        self.produced: list[TensorView] = list(produced)
+        self.inputs: list[TensorView] = [v for v in inputs if v not in produced]
+        members = self._members
+        self.outputs: list[TensorView] = [
+            v for v in produced
+            if v in analysis.outputs or any(k not in members for k in analysis.uses.get(v, ()))
+        ]
+        self.kinds: set[str] = {analysis.kinds[k] for k in self.expr_ids}
+        self.has_indexing = any(isinstance(e, _INDEXING) for e in self.exprs)
+        #: results shared by the schedulers asked about this sub-fusion
+        self.memo: dict[str, object] = {}
+        self._reductions: list[Reduction] | None = None
+
+    # --- axes ---------------------------------------------------------------------------------
+    @property
+    def uf(self) -> IdUnion:
+        """The analysis's shared union-find, holding this sub-fusion's axis classes: one
+        sub-fusion owns it at a time and a query rebuilds it when another did last."""
+        a = self.a
+        if a._uf_owner is not self:
+            a.idunion.build(self._expr_array)
+            a._uf_owner = self
+        return a.idunion
+
+    def classes_of(self, tv: TensorView, *, concrete: bool = True) -> list[int]:
+        """The classes of `tv`'s logical axes (only its non-broadcast ones if `concrete`)."""
+        find = self.uf.find
+        ids = self.a.concrete_ids(tv) if concrete else self.a.logical_ids(tv)
+        return [find(i) for i in ids]
+
+    def tensors(self) -> list[TensorView]:
+        return self.inputs + self.produced
+
+    def indexed_axes(self) -> set[int]:
+        """Axes of index-op lookup tensors read by position, not iterated over."""
+        out: set[int] = set()
+        for k in self.expr_ids:
+            e = self.a.exprs[k]
+            if isinstance(e, _INDEXING):
+                mapped = {p for p, _ in self.a.pairs[k]}
+                for i in e.inputs[0].logical_no_reductions():
+                    ii = self.a.id_of(i)
+                    if ii not in mapped:
+                        out.add(ii)
+        return out
+
+    def lookup_produced_inside(self) -> bool:
+        """An index op whose lookup tensor this sub-fusion computes (it must come from memory)."""
+        produced = set(self.produced)
+        return any(isinstance(e, _INDEXING) and e.inputs[0] in produced for e in self.exprs)
+
+    def concrete_classes(self) -> set[int]:
+        """Every axis class some tensor of the sub-fusion iterates over (cached)."""
+        got = self.memo.get("concrete")
+        if got is None:
+            find = self.uf.find
+            concrete_ids = self.a.concrete_ids
+            skip = self.indexed_axes() if self.has_indexing else ()
+            got = set()
+            for tv in self.tensors():
+                for i in concrete_ids(tv):
+                    if i not in skip:
+                        got.add(find(i))
+            self.memo["concrete"] = got
+        return got
+
+    def covered_by(self, classes: Iterable[int]) -> set[int]:
+        """`classes` closed over the reshapes and resizes in the sub-fusion: an axis split or
+        merged from covered axes is covered, and so are the axes of a covered split/merge."""
+        covered = set(classes)
+        find = self.uf.find
+        ts = [(tuple(find(i) for i in ins), tuple(find(o) for o in outs))
+              for k in self.expr_ids for ins, outs in self.a.transforms[k]]
+        changed = bool(ts)
+        while changed:
+            changed = False
+            for ins, outs in ts:
+                if all(o in covered for o in outs) and not all(i in covered for i in ins):
+                    covered.update(ins)
+                    changed = True
+                if all(i in covered for i in ins) and not all(o in covered for o in outs):
+                    covered.update(outs)
+                    changed = True
+        return covered
+
+    def reference(self, candidates: Sequence[TensorView], need: set[int]) -> TensorView | None:
+        """The first of `candidates` whose axes (closed over reshapes) cover `need`."""
+        for tv in candidates:
+            if need <= self.covered_by(self.classes_of(tv)):
+                return tv
+        return None
+
+    # --- reductions -----------------------------------------------------------------------------
+    def reductions(self) -> list[Reduction]:
+        if self._reductions is None:
+            find = self.uf.find
+            a = self.a
+            reds = []
+            for k in self.expr_ids:
+                if a.kinds[k] != REDUCTION:
+                    continue
+                e = a.exprs[k]
+                out, inp = e.outputs[0], e.inputs[0]
+                red = frozenset(find(a.id_of(c)) for c in out.root if c.is_reduction)
+                it = frozenset(find(a.id_of(c)) for c in out.root if not c.is_reduction and not c.is_broadcast)
+                order = inp.allocation if inp.is_fusion_input else inp.logical_no_reductions()
+                concrete = [i for i in order if not i.is_broadcast and not i.is_reduction]
+                inner = bool(concrete) and find(a.id_of(concrete[-1])) in red
+                reds.append(Reduction(e, k, inp, it, red, inner))
+            self._reductions = reds
+        return self._reductions
+
+    def _flow(self, reds: list[Reduction]) -> tuple[dict[TensorView, int], dict[TensorView, int]]:
+        """Bitmasks per tensor: reductions it depends on (downstream) and reductions it
+        feeds (upstream), within the sub-fusion."""
+        bit = {r.index: 1 << n for n, r in enumerate(reds)}
+        down: dict[TensorView, int] = {}
+        for k, e in zip(self.expr_ids, self.exprs):
+            m = 0
+            for v in e.inputs:
+                if isinstance(v, TensorView):
+                    m |= down.get(v, 0)
+            m |= bit.get(k, 0)
+            for v in e.outputs:
+                if isinstance(v, TensorView):
+                    down[v] = m
+        up: dict[TensorView, int] = {}
+        for k, e in zip(reversed(self.expr_ids), reversed(self.exprs)):
+            m = bit.get(k, 0)
+            for v in e.outputs:
+                if isinstance(v, TensorView):
+                    m |= up.get(v, 0)
+            for v in e.inputs:
+                if isinstance(v, TensorView):
+                    up[v] = up.get(v, 0) | m
+        return down, up
+
+    def reductions_in_series(self) -> bool:
+        """A reduction that reads (through any path) another reduction's output."""
+        reds = self.reductions()
+        if len(reds) < 2:
+            return False
+        down, _ = self._flow(reds)
+        return any(down.get(r.input, 0) for r in reds)
+
+    def post_reduction_broadcast_resolved(self) -> bool:
+        """Some tensor computed from a reduction's result iterates over that reduction's
+        axes again: the reduced input must stay available (persistent) or be reread."""
+        reds = self.reductions()
+        if not reds:
+            return False
+        down, _ = self._flow(reds)
+        for tv in self.produced:
+            m = down.get(tv, 0)
+            if not m:
+                continue
+            classes = set(self.classes_of(tv))
+            for n, r in enumerate(reds):
+                if m >> n & 1 and classes & r.red_classes:
+                    return True
+        return False
+
+    def persistent_buffers(self) -> list[tuple[TensorView, Reduction]]:
+        """(buffer, reduction) pairs: tensors feeding a reduction that are read again by
+        an op computed from that reduction's result, along the reduced axes."""
+        reds = self.reductions()
+        if not reds:
+            return []
+        down, up = self._flow(reds)
+        out = []
+        members = set(self.expr_ids)
+        for tv in self.tensors():
+            u = up.get(tv, 0)
+            if not u:
+                continue
+            # reductions the operands of tv's consumers already depend on: such a consumer
+            # runs after the reduction (a reduction's own operand does not count)
+            after = 0
+            for k in self.a.uses.get(tv, ()):
+                if k in members:
+                    for v in self.a.exprs[k].inputs:
+                        if isinstance(v, TensorView):
+                            after |= down.get(v, 0)
+            hit = u & after & ~down.get(tv, 0)
+            if not hit:
+                continue
+            classes = set(self.classes_of(tv))
+            for n, r in enumerate(reds):
+                if hit >> n & 1 and classes & r.red_classes:
+                    out.append((tv, r))
+        return out
+
+    def persistent_buffer_bytes(self) -> int:
+        """Bytes of persistent buffer one reduction row needs: each buffer's extent along
+        the reduced axes times its element size, unless re-reading the sub-fusion inputs it
+        is computed from costs no more (projection to inputs; inputs already held count once)."""
+        if self.a.info is None:
+            raise ValueError("persistent buffer sizes need the call's SchedulerRuntimeInfo")
+        buffers: dict[TensorView, Reduction] = {}
+        for tv, r in self.persistent_buffers():
+            buffers.setdefault(tv, r)
+        leaves = {tv: self._projection_leaves(tv) for tv in buffers}
+        held: set[TensorView] = set()
+        total = 0
+        for tv, r in buffers.items():  # buffers with no projection are held as they are
+            if leaves[tv] is None:
+                held.add(tv)
+                total += self._row_bytes(tv, r)
+        for tv, r in buffers.items():
+            if leaves[tv] is None:
+                continue
+            new = [v for v in leaves[tv] if v not in held]
+            projected = sum(self._row_bytes(v, r) for v in new)
+            direct = self._row_bytes(tv, r)
+            if projected <= direct:
+                held.update(new)
+                total += projected
+            else:
+                held.add(tv)
+                total += direct
+        return total
+
+    def _row_bytes(self, tv: TensorView, r: Reduction) -> int:
+        info = self.a.info
+        find = self.uf.find
+        n = 1
+        for i in tv.logical_no_reductions():
+            if not i.is_broadcast and find(self.a.id_of(i)) in r.red_classes:
+                n *= info.extent(i)
+        return n * tv.dtype.itemsize
+
+    def _projection_leaves(self, tv: TensorView) -> list[TensorView] | None:
+        """The sub-fusion inputs `tv` is computed from by recomputable ops (reductions'
+        results count as held), or None when it is an input itself or another op that
+        cannot be recomputed lies on the way."""
+        produced = {v: e for e in self.exprs for v in e.outputs if isinstance(v, TensorView)}
+        if tv not in produced:
+            return None
+        leaves: dict[TensorView, None] = {}
+        stack, seen = [tv], set()
+        while stack:
+            v = stack.pop()
+            if v in seen:
+                continue
+            seen.add(v)
+            e = produced.get(v)
+            if e is None:
+                leaves[v] = None
+                continue
+            if expr_kind(e) == REDUCTION:
+                continue  # a reduction's result is held per row already: free to reuse
+            if not is_recomputable(e):
+                return None
+            stack.extend(x for x in e.inputs if isinstance(x, TensorView))
+        return list(leaves)
+
+    def persistent_budget(self) -> int:
+        lim = self.a.info.device_limits
+        return int(lim.register_file_bytes * PERSISTENT_REGISTER_FRACTION) + lim.smem_per_block - SMEM_RESERVED_PER_BLOCK

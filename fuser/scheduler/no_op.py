@@ -1,0 +1,14 @@
+"""no_op: segments that compute nothing — every output is empty, or only views
+(broadcast, squeeze, expand) of the inputs."""
+from __future__ import annotations
+
+from .analysis import SubFusion, VIEW
+
+
+def reject_reason(sub: SubFusion) -> str | None:
+    if sub.kinds <= {VIEW}:
+        return None
+    info = sub.a.info
+    if info is not None and sub.outputs and all(info.numel(tv) == 0 for tv in sub.outputs):
+        return None
+    return "computes data: not only views, and some output is not empty"

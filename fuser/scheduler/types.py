@@ -1,0 +1,37 @@
+"""The kinds of kernel a segment can become."""
+from __future__ import annotations
+
+import enum
+
+
+class SchedulerType(str, enum.Enum):
+    """A scheduler, named as nvFuser prints it; compares equal to its lower-case name."""
+
+    no_op = "no_op"
+    expr_eval = "expr_eval"
+    reduction = "reduction"
+    resize = "resize"
+    transpose = "transpose"
+    pointwise = "pointwise"
+    inner_persistent = "inner_persistent"
+    outer_persistent = "outer_persistent"
+    inner_outer_persistent = "inner_outer_persistent"
+    #: custom segmentation (a caller's should-merge predicate): no scheduler is asked
+    none = "none"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+#: the order the registry asks schedulers in, as nvFuser's registry does; the first to accept wins
+REGISTRY_ORDER: tuple[SchedulerType, ...] = (
+    SchedulerType.no_op,
+    SchedulerType.expr_eval,
+    SchedulerType.reduction,
+    SchedulerType.resize,
+    SchedulerType.transpose,
+    SchedulerType.pointwise,
+    SchedulerType.inner_persistent,
+    SchedulerType.outer_persistent,
+    SchedulerType.inner_outer_persistent,
+)
