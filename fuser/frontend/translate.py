@@ -1,0 +1,473 @@
+"""Fusion IR back to a FusionDefinition: nvFuser's `translateFusion`.
+
+The segmenter hands each segment (a `Fusion` cut out with `Fusion.clone_subgraph`) back
+to the user as a printable, executable definition (nvFuser's `fd.segment(inputs)`, seed
+003). `definition_from_fusion` walks the fusion and re-issues one `fd.ops` call per
+tensor expression:
+
+* inputs first, in `fusion.inputs` order: tensors with `fd.define_tensor` (shape -1 for
+  a symbolic extent, 1 for a broadcast, n for a constant; an expanded broadcast is -1 or
+  n with contiguity None; `stride_order` when the allocation domain is not the logical
+  order), scalars with `fd.define_scalar(None, dtype=...)`;
+* then each tensor expression of `fusion.exprs()` in topological order;
+* then `fd.add_output` per output (with `alias_input=` where the fusion aliases it).
+
+Scalars are defined where an op first needs them: constants with `fd.define_scalar`, the
+extents of input tensors with `fd.ops.size`, computed scalars (extent arithmetic of
+reshape, slice, pad ...) with the scalar `fd.ops` that compute them. Integer division and
+ceil-division, which `fd.ops` does not offer on integers, become a division in double
+followed by trunc / ceil and a cast back.
+
+Every op is issued in a canonical form whose IR translates back to the same calls, so
+translating a translated definition's fusion prints the same definition again.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+from fuser.ir import (
+    BinaryOp,
+    BinaryOpType,
+    BroadcastOp,
+    CatOp,
+    DataType,
+    ExpandOp,
+    FullOp,
+    Fusion,
+    GatherOp,
+    IndexSelectOp,
+    IotaOp,
+    LinearOp,
+    LoadStoreOp,
+    LoadStoreOpType,
+    MatmulOp,
+    PadOp,
+    ReductionOp,
+    ReshapeOp,
+    RNGOp,
+    RNGOpType,
+    ScanOp,
+    ScatterOp,
+    SelectOp,
+    SliceOp,
+    SqueezeOp,
+    TensorView,
+    TernaryOp,
+    UnaryOp,
+    UnaryOpType,
+    Val,
+    WelfordOp,
+)
+from fuser.ir import Scalar as IrScalar
+
+from .fusion_definition import FusionDefinition
+from .handles import Scalar, Tensor, Vector, _State
+
+
+class TranslationError(ValueError):
+    """The fusion holds something that cannot be expressed as a FusionDefinition."""
+
+
+def definition_from_fusion(fusion: Fusion) -> tuple[FusionDefinition, list[Val | None]]:
+    """A closed FusionDefinition whose fusion computes what `fusion` computes, and for each
+    of its state indices the Val of `fusion` that state stands for (None when none)."""
+    if not isinstance(fusion, Fusion):
+        raise TypeError(f"definition_from_fusion needs a Fusion, got {type(fusion).__name__}")
+    fd = FusionDefinition()
+    translator = _Translator(fusion, fd)
+    with fd:
+        translator.run()
+    return fd, translator.state_map()
+
+
+_REDUCTION_NAMES = {
+    BinaryOpType.Add: "sum",
+    BinaryOpType.Mul: "prod",
+    BinaryOpType.Max: "max",
+    BinaryOpType.Min: "min",
+}
+
+
+class _Translator:
+    """Re-issues the IR of `fusion` as calls on the open FusionDefinition `fd`."""
+
+    def __init__(self, fusion: Fusion, fd: FusionDefinition) -> None:
+        self.fusion = fusion
+        self.fd = fd
+        self.handles: dict[Val, _State] = {}  # original Val -> handle of the new definition
+        self.origin: dict[int, Val] = {}  # state index -> original Val
+        # symbolic extents of the input tensors -> (handle, dim) that fd.ops.size reads
+        self.extent_src: dict[IrScalar, tuple[Tensor, int]] = {}
+
+    @property
+    def ops(self):
+        return self.fd.ops
+
+    # --- driver ---------------------------------------------------------------------------
+    def run(self) -> None:
+        for v in self.fusion.inputs:
+            if isinstance(v, TensorView):
+                self._define_tensor(v)
+            elif isinstance(v, IrScalar):
+                self.bind(v, self.fd.define_scalar(None, dtype=v.dtype))
+            else:
+                raise TranslationError(f"fusion input {v!r} is neither a tensor nor a scalar")
+        for e in self.fusion.exprs():
+            if all(isinstance(o, IrScalar) for o in e.outputs):
+                continue  # scalar arithmetic: defined where an op first needs it
+            if all(o in self.handles for o in e.outputs):
+                continue
+            handler = _HANDLERS.get(type(e))
+            if handler is None:
+                raise TranslationError(f"no FusionDefinition op for {type(e).__name__}: {e!r}")
+            handler(self, e)
+        for v in self.fusion.outputs:
+            h = self.operand(v)
+            alias = self.fusion.output_aliases.get(v)
+            if alias is not None:
+                self.fd.add_output(h, alias_input=self.handles[alias])
+            else:
+                self.fd.add_output(h)
+
+    def state_map(self) -> list[Val | None]:
+        return [self.origin.get(k) for k in range(len(self.fd._state_vals))]
+
+    # --- values -----------------------------------------------------------------------------
+    def bind(self, v: Val, h: _State) -> _State:
+        """Record that handle `h` stands for the original `v` (casting when dtypes differ)."""
+        if isinstance(v, TensorView):
+            if not isinstance(h, Tensor) or h.val.ndim != v.ndim:
+                raise TranslationError(f"translating {v!r} gave {h!r} of another kind or rank")
+        elif not isinstance(h, Scalar):
+            raise TranslationError(f"translating {v!r} gave {h!r}, not a scalar")
+        if h.dtype is not v.dtype:
+            h = self.ops.cast(h, dtype=v.dtype)
+        if v in self.handles:
+            raise TranslationError(f"{v!r} is defined twice")
+        self.handles[v] = h
+        self.origin[h.index] = v
+        return h
+
+    def tensor(self, v: Val) -> Tensor:
+        h = self.handles.get(v)
+        if h is None:
+            raise TranslationError(f"{v!r} is used before it is defined")
+        return h  # type: ignore[return-value]
+
+    def operand(self, v: Val) -> _State:
+        if isinstance(v, TensorView):
+            return self.tensor(v)
+        if isinstance(v, IrScalar):
+            return self.scalar(v)
+        raise TranslationError(f"{v!r} is neither a tensor nor a scalar")
+
+    def scalar(self, v: IrScalar) -> Scalar:
+        """A handle for scalar `v`, defining it (and what it is computed from) on first use."""
+        h = self.handles.get(v)
+        if h is not None:
+            return h  # type: ignore[return-value]
+        if v.is_const:
+            return self.bind(v, self.fd.define_scalar(v.value, dtype=v.dtype))
+        src = self.extent_src.get(v)
+        if src is not None:
+            return self.bind(v, self.ops.size(src[0], dim=src[1]))
+        d = v.definition
+        if d is None:
+            raise TranslationError(
+                f"the scalar {v!r} is neither a constant, an input, an input tensor's extent, nor computed "
+                "from those, so the definition cannot compute it"
+            )
+        handler = _SCALAR_HANDLERS.get(type(d))
+        if handler is None:
+            raise TranslationError(f"no FusionDefinition op computes the scalar {v!r} ({type(d).__name__})")
+        handler(self, d)
+        return self.handles[v]  # type: ignore[return-value]
+
+    def vector(self, scalars: Sequence[IrScalar]) -> Vector:
+        handles = [self.scalar(s) for s in scalars]
+        return self.fd.define_vector(handles, dtype=DataType.Int)
+
+    # --- inputs -------------------------------------------------------------------------------
+    def _define_tensor(self, tv: TensorView) -> None:
+        ids = tv.logical_no_reductions()
+        shape: list[int] = []
+        for i in ids:
+            if i.is_broadcast and not i.has_expanded_extent:
+                shape.append(1)
+            else:
+                e = i.user_extent
+                shape.append(int(e.value) if e.is_const else -1)
+        pos = {i: d for d, i in enumerate(ids)}
+        alloc = [(i, c) for i, c in zip(tv.allocation, tv.domain.contiguity) if not i.is_reduction]
+        if sorted(pos[i] for i, _ in alloc) != list(range(len(ids))):
+            raise TranslationError(f"the allocation domain of input {tv!r} is not a permutation of its logical domain")
+        contiguity: list[bool | None] = []
+        for i, c in alloc:
+            if i.is_broadcast or shape[pos[i]] == 1:
+                contiguity.append(None)
+            else:
+                # an intermediate made an input is a freshly allocated (contiguous) tensor
+                contiguity.append(True if c is None else bool(c))
+        order = [pos[i] for i, _ in alloc]
+        stride_order = None
+        if order != sorted(order):
+            n = len(order)
+            stride_order = [0] * n
+            for p, d in enumerate(order):
+                stride_order[d] = n - 1 - p
+        h = self.fd.define_tensor(
+            shape=shape,
+            contiguity=contiguity,
+            dtype=tv.dtype,
+            is_cpu=bool(getattr(tv, "is_cpu_scalar", False)),
+            stride_order=stride_order,
+        )
+        self.bind(tv, h)
+        for d, i in enumerate(ids):
+            e = i.user_extent
+            if not e.is_const:
+                self.extent_src.setdefault(e, (h, d))
+
+    # --- composites --------------------------------------------------------------------------------
+    def int_div(self, e: BinaryOp, ceil: bool) -> _State:
+        """Integer a / b truncated (extent division) or rounded up (ceilDiv), through double:
+        exact for the magnitudes of extents (below 2**53)."""
+        a = self.ops.cast(self.operand(e.inputs[0]), dtype=DataType.Double)
+        b = self.ops.cast(self.operand(e.inputs[1]), dtype=DataType.Double)
+        q = self.ops.div(a, b)
+        q = self.ops.ceil(q) if ceil else self.ops.trunc(q)
+        return self.ops.cast(q, dtype=e.output.dtype)
+
+
+# --- per-expression translations ----------------------------------------------------------
+
+
+def _unary(tr: _Translator, e: UnaryOp) -> None:
+    x = tr.operand(e.input)
+    if e.op_type is UnaryOpType.Cast:
+        h = tr.ops.cast(x, dtype=e.output.dtype)
+    else:
+        h = getattr(tr.ops, e.op_type.value)(x)
+    tr.bind(e.output, h)
+
+
+def _binary(tr: _Translator, e: BinaryOp) -> None:
+    op = e.op_type
+    if op is BinaryOpType.CeilDiv or (op is BinaryOpType.Div and e.output.dtype.is_integral):
+        tr.bind(e.output, tr.int_div(e, ceil=op is BinaryOpType.CeilDiv))
+        return
+    a = tr.operand(e.inputs[0])
+    b = tr.operand(e.inputs[1])
+    tr.bind(e.output, getattr(tr.ops, op.value)(a, b))
+
+
+def _ternary(tr: _Translator, e: TernaryOp) -> None:
+    args = [tr.operand(v) for v in e.inputs]
+    tr.bind(e.output, getattr(tr.ops, e.op_type.value)(*args))
+
+
+def _reduction_dims(tv: TensorView) -> list[int]:
+    return [k for k, i in enumerate(tv.logical) if i.is_reduction]
+
+
+def _reduction(tr: _Translator, e: ReductionOp) -> None:
+    name = _REDUCTION_NAMES.get(e.op_type)
+    if name is None:
+        raise TranslationError(f"no FusionDefinition reduction for {e.op_type}")
+    x = tr.tensor(e.input)
+    out = e.output
+    tr.bind(out, getattr(tr.ops, name)(x, dims=_reduction_dims(out), keepdim=False, dtype=out.dtype))
+
+
+def _welford(tr: _Translator, e: WelfordOp) -> None:
+    x = tr.tensor(e.input)
+    outs = tr.ops.welford(x, dims=_reduction_dims(e.outputs[0]))
+    for v, h in zip(e.outputs, outs):
+        tr.bind(v, h)
+
+
+def _scan(tr: _Translator, e: ScanOp) -> None:
+    if e.op_type is not BinaryOpType.Add:
+        raise TranslationError(f"no FusionDefinition scan for {e.op_type}")
+    tr.bind(e.output, tr.ops.cumsum(tr.tensor(e.input), dim=e.dim))
+
+
+def _broadcast(tr: _Translator, e: BroadcastOp) -> None:
+    tr.bind(e.output, tr.ops.broadcast(tr.tensor(e.input), is_broadcast_dim=list(e.flags)))
+
+
+def _squeeze(tr: _Translator, e: SqueezeOp) -> None:
+    ids = e.input.logical_no_reductions()
+    dims = [k for k, f in enumerate(e.flags) if f]
+    expanded = any(ids[k].has_expanded_extent for k in dims)
+    tr.bind(e.output, tr.ops.squeeze(tr.tensor(e.input), dims=dims, squeeze_expanded=expanded))
+
+
+def _expand(tr: _Translator, e: ExpandOp) -> None:
+    x = tr.tensor(e.input)
+    # the ExpandOp's extents: the target of each axis (an axis kept as is has its own extent)
+    shape = tr.vector(e.inputs[1:])
+    tr.bind(e.output, tr.ops.expand(x, shape=shape))
+
+
+def _reshape(tr: _Translator, e: ReshapeOp) -> None:
+    x = tr.tensor(e.input)
+    shape = tr.vector([i.user_extent for i in e.output.logical_no_reductions()])
+    tr.bind(e.output, tr.ops.reshape(x, new_shape=shape))
+
+
+def _slice(tr: _Translator, e: SliceOp) -> None:
+    x = tr.tensor(e.input)
+    starts, stops, steps = [], [], []
+    for start, stop, step in e.ranges:
+        # slice stores max(stop, start) as the stop; the op computes that again
+        d = stop.definition
+        if isinstance(d, BinaryOp) and d.op_type is BinaryOpType.Max and d.inputs[1] is start:
+            stop = d.inputs[0]
+        starts.append(start)
+        stops.append(stop)
+        steps.append(step)
+    vs = tr.vector(starts)
+    ve = tr.vector(stops)
+    kwargs: dict[str, Any] = {}
+    if not all(s.is_const and s.value == 1 for s in steps):
+        kwargs["strides"] = tr.vector(steps)
+    tr.bind(e.output, tr.ops.slice(x, start_indices=vs, end_indices=ve, manual_normalization=True, **kwargs))
+
+
+def _pad(tr: _Translator, e: PadOp) -> None:
+    x = tr.tensor(e.input)
+    pairs = list(e.pad_widths)
+    first = 0  # leading axes without padding need no entry
+    while first < len(pairs) and all(s.is_const and s.value == 0 for s in pairs[first]):
+        first += 1
+    widths = []
+    for left, right in reversed(pairs[first:]):
+        widths += [left, right]
+    vec = tr.vector(widths)
+    value = tr.scalar(e.inputs[1])
+    tr.bind(e.output, tr.ops.pad(x, vec, value=value))
+
+
+def _cat(tr: _Translator, e: CatOp) -> None:
+    tr.bind(e.output, tr.ops.cat([tr.tensor(v) for v in e.inputs], dim=e.dim))
+
+
+def _load_store(tr: _Translator, e: LoadStoreOp) -> None:
+    x = tr.tensor(e.input)
+    out = e.output
+    dom = out.domain
+    if e.op_type is LoadStoreOpType.SegmenterSet:
+        h = tr.ops.segment_set(x)
+    elif dom.root is not None and dom.allocation is not None:
+        raise TranslationError(f"{out!r} is both permuted and laid out in another order; no single op does that")
+    elif dom.root is not None:
+        h = tr.ops.permute(x, dims=[dom.root.index(i) for i in dom.logical])
+    elif dom.allocation is not None:
+        alloc = [i for i in dom.allocation if not i.is_reduction]
+        n = len(alloc)
+        h = tr.ops.stride_order(x, stride_order=[n - 1 - alloc.index(i) for i in out.logical_no_reductions()])
+    else:
+        h = tr.ops.set(x)
+    tr.bind(out, h)
+
+
+def _full(tr: _Translator, e: FullOp) -> None:
+    shape = tr.vector(e.inputs[:-1])
+    fill = tr.scalar(e.inputs[-1])
+    tr.bind(e.output, tr.ops.full(shape=shape, fill_value=fill, dtype=e.output.dtype))
+
+
+def _iota(tr: _Translator, e: IotaOp) -> None:
+    length, start, step = (tr.scalar(v) for v in e.inputs)
+    tr.bind(e.output, tr.ops.iota(length, start, step, dtype=e.output.dtype))
+
+
+def _rng(tr: _Translator, e: RNGOp) -> None:
+    n = len(e.output.logical)
+    p1, p2 = tr.scalar(e.inputs[n]), tr.scalar(e.inputs[n + 1])
+    shape = tr.vector(e.inputs[:n])
+    seed = offset = None
+    if e.has_seed:
+        seed, offset = tr.scalar(e.inputs[n + 2]), tr.scalar(e.inputs[n + 3])
+    name = "uniform" if e.rng_type is RNGOpType.Uniform else "normal"
+    h = getattr(tr.ops, name)(p1, p2, shape=shape, rng_seed=seed, rng_offset=offset, dtype=e.output.dtype)
+    tr.bind(e.output, h)
+
+
+def _select(tr: _Translator, e: SelectOp) -> None:
+    x, index = tr.tensor(e.inputs[0]), tr.scalar(e.inputs[1])
+    tr.bind(e.output, tr.ops.select(x, index, dim=e.dim))
+
+
+def _index_select(tr: _Translator, e: IndexSelectOp) -> None:
+    x, index = tr.tensor(e.inputs[0]), tr.tensor(e.inputs[1])
+    tr.bind(e.output, tr.ops.index_select(x, index, dim=e.dim))
+
+
+def _gather(tr: _Translator, e: GatherOp) -> None:
+    x, index = tr.tensor(e.inputs[0]), tr.tensor(e.inputs[1])
+    op = tr.ops.take_along_axis if e.exact_sizes else tr.ops.gather
+    tr.bind(e.output, op(x, index, dim=e.dim))
+
+
+def _scatter(tr: _Translator, e: ScatterOp) -> None:
+    x, index, src = (tr.tensor(v) for v in e.inputs)
+    tr.bind(e.output, tr.ops.scatter(x, index, src, dim=e.dim))
+
+
+def _matmul(tr: _Translator, e: MatmulOp) -> None:
+    a, b = (tr.tensor(v) for v in e.inputs)
+    tr.bind(e.output, tr.ops.matmul(a, b))
+
+
+def _linear(tr: _Translator, e: LinearOp) -> None:
+    x, w = tr.tensor(e.inputs[0]), tr.tensor(e.inputs[1])
+    bias = tr.tensor(e.inputs[2]) if len(e.inputs) > 2 else None
+    tr.bind(e.output, tr.ops.linear(x, w, bias=bias))
+
+
+_HANDLERS: dict[type, Callable[[_Translator, Any], None]] = {
+    UnaryOp: _unary,
+    BinaryOp: _binary,
+    TernaryOp: _ternary,
+    ReductionOp: _reduction,
+    WelfordOp: _welford,
+    ScanOp: _scan,
+    BroadcastOp: _broadcast,
+    SqueezeOp: _squeeze,
+    ExpandOp: _expand,
+    ReshapeOp: _reshape,
+    SliceOp: _slice,
+    PadOp: _pad,
+    CatOp: _cat,
+    LoadStoreOp: _load_store,
+    FullOp: _full,
+    IotaOp: _iota,
+    RNGOp: _rng,
+    SelectOp: _select,
+    IndexSelectOp: _index_select,
+    GatherOp: _gather,
+    ScatterOp: _scatter,
+    MatmulOp: _matmul,
+    LinearOp: _linear,
+}
+
+# scalar-valued expressions (constants' arithmetic, extent arithmetic)
+_SCALAR_HANDLERS: dict[type, Callable[[_Translator, Any], None]] = {
+    UnaryOp: _unary,
+    BinaryOp: _binary,
+    TernaryOp: _ternary,
+}
+
+
+def _check_complete() -> None:
+    from fuser.ir import TENSOR_EXPR_CLASSES
+
+    missing = [c.__name__ for c in TENSOR_EXPR_CLASSES if c not in _HANDLERS]
+    assert not missing, f"translate.py has no translation for {missing}"
+
+
+_check_complete()
+
+__all__ = ["definition_from_fusion", "TranslationError"]
