@@ -63,3 +63,12 @@ def test_printed_definition_reexecutes_to_the_same_results(seed):
     again = fd2.execute(inputs)
     for k, (a, b) in enumerate(zip(again, outs)):
         assert torch.equal(a, b), f"output {k} differs after re-executing the printed definition"
+
+
+def test_executes_as_two_kernels_with_nothing_between_them(seed):
+    # the outputs above came through these segments (issue 3: at most two kernels, no
+    # intermediate written by one and read by the other)
+    fd, inputs, _ = seed
+    seg = fd.segmented_fusion_for(inputs)
+    assert [g.scheduler for g in seg.groups] == ["reduction", "inner_outer_persistent"]
+    assert seg.edges == [] and seg.inter_segment_bytes() == 0

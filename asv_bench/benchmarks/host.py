@@ -67,3 +67,55 @@ class InputValidation:
 
     def time_bind_rmsnorm_backward_inputs(self):
         bind_inputs(self.fusion, self.inputs)
+
+
+def _seed001_meta_inputs():
+    from fuser.examples.rmsnorm_backward import make_inputs
+
+    return make_inputs("meta")
+
+
+class Segmentation:
+    """Segmenting (scheduler checks, merging, forwarding, rematerialisation): the
+    many-pointwise-ops chain, where nvFuser stalls past ~22 iterations, must stay close
+    to linear in its length."""
+
+    params = [10, 100, 1000, 4000]
+    param_names = ["iterations"]
+    timeout = 300
+
+    def setup(self, iterations):
+        from fuser.segment import segment
+
+        with FusionDefinition(max_length=100000) as fd:
+            pointwise_chain(fd, iterations)
+        self.fd = fd
+        self.inputs = [torch.empty(1024, 1024, dtype=torch.half, device="meta")]
+        segment(fd, self.inputs)  # warm the per-fusion input binding plan
+
+    def time_segment_pointwise_chain(self, iterations):
+        from fuser.segment import segment
+
+        segment(self.fd, self.inputs)
+
+
+class SegmentSeed001:
+    """Seed 001 (RMSNorm backward): segmentation time and what crosses the boundary."""
+
+    def setup(self):
+        from fuser.segment import segment
+
+        self.fd = _define(rmsnorm_backward)
+        self.inputs = _seed001_meta_inputs()
+        self.seg = segment(self.fd, self.inputs)
+
+    def time_segment_rmsnorm_backward(self):
+        from fuser.segment import segment
+
+        segment(self.fd, self.inputs)
+
+    def track_groups_rmsnorm_backward(self):
+        return len(self.seg.groups)
+
+    def track_inter_segment_bytes_rmsnorm_backward(self):
+        return self.seg.inter_segment_bytes()

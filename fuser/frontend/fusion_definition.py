@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import sys
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
 
@@ -17,6 +17,9 @@ from .handles import Scalar, Tensor, Vector, _State
 from .ops import Operators
 from .records import Record, StateRef
 from .repro import definition_text, repro_script
+
+if TYPE_CHECKING:
+    from fuser.segment import SegmentedFusion
 
 _NUMBER = (bool, int, float, complex)
 
@@ -364,6 +367,8 @@ class FusionDefinition:
             print(self.repro_script_for(inputs), file=sys.stderr)
         _check_options(_enable_options, _disable_options)
         try:
+            if self._segments:
+                return self._execute_segments(inputs, device=device)
             return run(self._entry, inputs, device=device)
         except Exception:
             if not print_repro:
@@ -399,8 +404,66 @@ class FusionDefinition:
     def scheduled_fusion_ir_for(self, inputs: Sequence[Any]) -> str:
         raise RuntimeError("fd.scheduled_fusion_ir_for(): fuser has not scheduled this fusion; scheduling is not available yet")
 
+    # --- segmentation ----------------------------------------------------------------------------
+    def segmented_fusion_for(self, inputs: Sequence[Any]) -> "SegmentedFusion":
+        """How `execute(inputs)` cuts this fusion into kernels (segmenting on first sight of
+        this input signature, as execute would)."""
+        self._ensure_defined()
+        from fuser.runtime.binding import bind_inputs
+        from fuser.runtime.executor import segmented_runner
+
+        binding = bind_inputs(self._fusion, _flatten_inputs(inputs))
+        return segmented_runner(self._entry, binding).seg
+
     def segment(self, inputs: Sequence[Any]) -> list["FusionDefinition"]:
-        raise RuntimeError("fd.segment(): segmentation is not available yet")
+        """The fusion's segments for `inputs`, each as a FusionDefinition of its own (an
+        empty list when one segment runs it all). Afterwards `execute` runs the segments
+        one after the other, and `segment_index_space_maps[segment]` maps each segment's
+        state indices to this definition's (intermediates that are no state of this
+        definition get indices past its last one)."""
+        from .translate import definition_from_fusion
+
+        seg = self.segmented_fusion_for(inputs)
+        self._segments = None
+        self.segment_index_space_maps = {}
+        if len(seg.groups) <= 1:
+            return []
+        index = {id(v): k for k, v in enumerate(self._state_vals) if v is not None and not isinstance(v, list)}
+        extra: dict[int, int] = {}  # id(Val) -> index past the definition's states
+
+        def original_index(v: Any) -> int:
+            k = index.get(id(v))
+            if k is None:
+                k = extra.setdefault(id(v), len(self._state_vals) + len(extra))
+            return k
+
+        segments = []
+        for g in seg.groups:
+            gf, memo = g.fusion_and_map()
+            sfd, states = definition_from_fusion(gf)
+            back = {id(memo[v]): v for v in (*g.inputs, *g.outputs)}
+            mapping = {i: original_index(back[id(sv)]) for i, sv in enumerate(states) if sv is not None and id(sv) in back}
+            self.segment_index_space_maps[sfd] = mapping
+            segments.append(sfd)
+        self._segments = segments
+        return list(segments)
+
+    def _execute_segments(self, inputs: Sequence[Any], *, device: Any = None) -> list[torch.Tensor]:
+        """Run the segments `segment()` made, in order, passing values by this definition's
+        state indices and dropping each intermediate after the last segment reading it."""
+        values: dict[int, Any] = dict(zip(self.inputs(), inputs))
+        maps = [self.segment_index_space_maps[s] for s in self._segments]
+        last: dict[int, int] = {}
+        for n, (s, m) in enumerate(zip(self._segments, maps)):
+            for i in s.inputs():
+                last[m[i]] = n
+        keep = set(self.outputs()) | set(self.inputs())
+        for n, (s, m) in enumerate(zip(self._segments, maps)):
+            outs = s.execute([values[m[i]] for i in s.inputs()], device=device)
+            values.update((m[o], x) for o, x in zip(s.outputs(), outs))
+            for k in [k for k, at in last.items() if at == n and k not in keep]:
+                values.pop(k, None)
+        return [values[o] for o in self.outputs()]
 
 
 def _flatten_inputs(inputs: Sequence[Any]) -> list[Any]:
