@@ -100,7 +100,9 @@ def _try(seg: "_Segmenter", protos, home, pi: int, ci: int, sinks: list[TensorVi
     c_origins = {_origin(seg, v) for v in c_reads}
     sink_set = set(sinks)
 
-    # region: the tensors the sinks are computed from inside P, up to what must be read
+    # region: the tensors the sinks are computed from inside P, up to what must be read;
+    # a segment_set's operand is never recomputed elsewhere: it stays where the user cut
+    pinned = seg.segment_set_operands
     region: list[TensorView] = []
     index: dict[TensorView, int] = {}
     internal: dict[TensorView, int] = {}
@@ -112,7 +114,7 @@ def _try(seg: "_Segmenter", protos, home, pi: int, ci: int, sinks: list[TensorVi
         index[v] = len(region)
         region.append(v)
         k = p_defs.get(v)
-        if k is not None and is_recomputable(a.exprs[k]):
+        if k is not None and v not in pinned and is_recomputable(a.exprs[k]):
             internal[v] = k
             stack.extend(x for x in a.exprs[k].inputs if isinstance(x, TensorView))
 

@@ -113,6 +113,7 @@ class _Segmenter:
             (k, self.def_index[e.inputs[0]]) for k, e in enumerate(a.exprs)
             if is_segmenter_set(e) and e.inputs[0] in self.def_index
         ]
+        self.segment_set_operands = {a.exprs[k].inputs[0] for k, _ in self.segment_sets}
 
     # --- merging ---------------------------------------------------------------------------
     def run(self) -> SegmentedFusion:
