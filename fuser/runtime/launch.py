@@ -1,0 +1,535 @@
+"""Loading a CUBIN on PyTorch's CUDA context and launching its kernel on PyTorch's current stream.
+
+`CompiledKernel` loads the module with pycuda (``module_from_buffer``) on the *primary*
+context of the kernel's device, which is the context PyTorch uses, so ``tensor.data_ptr()``
+values are valid kernel arguments and pycuda never creates a context of its own.
+
+Streams (what pycuda 2026.1 allows, read from its source):
+
+* ``Function.prepared_async_call(grid, block, stream, *args)`` packs the arguments and calls
+  ``Function._launch_kernel(grid, block, arg_buf, shared, stream)``. In C++ that is
+  ``function::launch_kernel(py::tuple, py::tuple, py::object, unsigned, py::object stream_py)``
+  whose ``PYCUDA_PARSE_STREAM_PY`` does ``py::extract<const stream &>(stream_py)`` unless the
+  object is None (then stream 0). A raw ``CUstream`` integer is therefore rejected.
+* ``pycuda.driver.Stream`` is bound as ``init<unsigned int>(flags=0)`` and its constructor
+  always calls ``cuStreamCreate``; ``handle`` is a read-only property. A pycuda Stream cannot
+  wrap an existing handle such as ``torch.cuda.current_stream().cuda_stream``.
+* pycuda's ``Function`` and ``Module`` expose no ``CUfunction``/``CUmodule`` handle.
+
+So the launch takes the cheapest path that is correct for the stream at hand:
+
+* PyTorch's default (legacy) stream, handle 0: ``Function._launch_kernel(grid, block,
+  params, shared_mem, None)`` directly, skipping ``prepared_async_call``'s Python (its
+  ``_set_block_shape``, keyword handling and texture-reference loop);
+* any other stream: the CUDA driver API through ctypes (``libcuda.so.1``): ``cuLaunchKernel``
+  with the packed parameter buffer (``CU_LAUNCH_PARAM_BUFFER_POINTER``) on the raw handle,
+  using a ``CUfunction`` from a second load of the same CUBIN (``cuModuleLoadData``) into the
+  same primary context, made on first use.
+
+Both paths pack the arguments with one precompiled ``struct.Struct`` built from pycuda's
+format letters ("P" pointer, "i" int32, "q" int64, "f" float32, "d" float64, ...; native
+alignment, as pycuda packs them).
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import importlib
+import importlib.util
+import struct
+import sys
+import threading
+from typing import Any, Sequence
+
+__all__ = ["CompiledKernel", "KernelLaunchError", "DEFAULT_SHARED_MEM_LIMIT"]
+
+#: Dynamic shared memory a kernel may use without opting in (48 KiB on every GPU since Volta).
+DEFAULT_SHARED_MEM_LIMIT = 48 * 1024
+
+# CUDA driver API constants (cuda.h)
+_CUDA_SUCCESS = 0
+_CUDA_ERROR_INVALID_CONTEXT = 201
+_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+_CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97
+_CU_LAUNCH_PARAM_END = 0
+_CU_LAUNCH_PARAM_BUFFER_POINTER = 1
+_CU_LAUNCH_PARAM_BUFFER_SIZE = 2
+
+
+class KernelLaunchError(RuntimeError):
+    """Loading or launching a compiled kernel failed; the message says which kernel and why."""
+
+
+# ----------------------------------------------------------------------------------------------
+# pycuda, imported only when a kernel is loaded
+
+
+_NEEDS_PYCUDA = (
+    "running compiled kernels needs pycuda{why}; install it with `pip install pycuda` (or `pip install fuser[cuda]`)"
+)
+
+
+def _require_pycuda() -> None:
+    """Fail early, before touching the driver, when pycuda is not installed."""
+    if importlib.util.find_spec("pycuda") is None:
+        raise KernelLaunchError(_NEEDS_PYCUDA.format(why=" (it is not installed)"))
+
+
+def _pycuda() -> Any:
+    """``pycuda.driver``, after ``pycuda.autoprimaryctx`` has initialised CUDA and made a
+    primary context current (the one PyTorch uses)."""
+    try:
+        # initialises CUDA and pushes device 0's primary context (popped again at exit)
+        importlib.import_module("pycuda.autoprimaryctx")
+        cuda = importlib.import_module("pycuda.driver")
+    except ImportError as e:
+        raise KernelLaunchError(_NEEDS_PYCUDA.format(why=f" ({e})")) from e
+    except Exception as e:  # pycuda's own errors: no driver, no device
+        raise KernelLaunchError(f"pycuda could not initialise CUDA: {type(e).__name__}: {e}") from e
+    return cuda
+
+
+_primary_contexts: dict[int, Any] = {}
+
+
+def _primary_context(cuda: Any, index: int) -> Any:
+    """pycuda's handle on device `index`'s primary context (retained once, kept)."""
+    ctx = _primary_contexts.get(index)
+    if ctx is None:
+        ctx = cuda.Device(index).retain_primary_context()
+        _primary_contexts[index] = ctx
+    return ctx
+
+
+# ----------------------------------------------------------------------------------------------
+# The CUDA driver API through ctypes, for launches on non-default streams
+
+
+class _CudaDriver:
+    """The few libcuda entry points the launcher needs, with their signatures."""
+
+    def __init__(self) -> None:
+        path = ctypes.util.find_library("cuda") or "libcuda.so.1"
+        try:
+            lib = ctypes.CDLL("libcuda.so.1")
+        except OSError:
+            try:
+                lib = ctypes.CDLL(path)
+            except OSError as e:
+                raise KernelLaunchError(f"cannot load the CUDA driver library (libcuda.so.1): {e}") from e
+        self.lib = lib
+        c_int, c_uint, c_void_p, c_char_p = ctypes.c_int, ctypes.c_uint, ctypes.c_void_p, ctypes.c_char_p
+        P = ctypes.POINTER
+        sigs: dict[str, list[Any]] = {
+            "cuInit": [c_uint],
+            "cuDeviceGet": [P(c_int), c_int],
+            "cuDeviceGetAttribute": [P(c_int), c_int, c_int],
+            "cuDevicePrimaryCtxRetain": [P(c_void_p), c_int],
+            "cuCtxGetCurrent": [P(c_void_p)],
+            "cuCtxSetCurrent": [c_void_p],
+            "cuModuleLoadData": [P(c_void_p), c_void_p],
+            "cuModuleUnload": [c_void_p],
+            "cuModuleGetFunction": [P(c_void_p), c_void_p, c_char_p],
+            "cuFuncSetAttribute": [c_void_p, c_int, c_int],
+            "cuLaunchKernel": [c_void_p, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_void_p, c_void_p, c_void_p],
+            "cuGetErrorName": [c_int, P(c_char_p)],
+            "cuGetErrorString": [c_int, P(c_char_p)],
+        }
+        for name, argtypes in sigs.items():
+            fn = getattr(lib, name)
+            fn.restype = c_int
+            fn.argtypes = argtypes
+        self.cuLaunchKernel = lib.cuLaunchKernel
+        self.check(lib.cuInit(0), "cuInit")
+        self._contexts: dict[int, int] = {}
+
+    def error(self, code: int) -> str:
+        name, text = ctypes.c_char_p(), ctypes.c_char_p()
+        self.lib.cuGetErrorName(code, ctypes.byref(name))
+        self.lib.cuGetErrorString(code, ctypes.byref(text))
+        n = name.value.decode() if name.value else f"CUresult {code}"
+        t = text.value.decode() if text.value else "unknown error"
+        return f"{n}: {t}"
+
+    def check(self, code: int, what: str) -> None:
+        if code != _CUDA_SUCCESS:
+            raise KernelLaunchError(f"{what} failed: {self.error(code)}")
+
+    def primary_context(self, index: int) -> int:
+        ctx = self._contexts.get(index)
+        if ctx is None:
+            dev, handle = ctypes.c_int(), ctypes.c_void_p()
+            self.check(self.lib.cuDeviceGet(ctypes.byref(dev), index), "cuDeviceGet")
+            self.check(self.lib.cuDevicePrimaryCtxRetain(ctypes.byref(handle), dev), "cuDevicePrimaryCtxRetain")
+            ctx = self._contexts[index] = handle.value or 0
+        return ctx
+
+    def current_context(self) -> int:
+        handle = ctypes.c_void_p()
+        self.check(self.lib.cuCtxGetCurrent(ctypes.byref(handle)), "cuCtxGetCurrent")
+        return handle.value or 0
+
+    def max_shared_optin(self, index: int) -> int:
+        dev, value = ctypes.c_int(), ctypes.c_int()
+        self.check(self.lib.cuDeviceGet(ctypes.byref(dev), index), "cuDeviceGet")
+        self.check(
+            self.lib.cuDeviceGetAttribute(ctypes.byref(value), _CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, dev),
+            "cuDeviceGetAttribute",
+        )
+        return value.value
+
+
+_driver_instance: _CudaDriver | None = None
+_driver_lock = threading.Lock()
+
+
+def _driver() -> _CudaDriver:
+    """The process's `_CudaDriver` (loaded on first use)."""
+    global _driver_instance
+    if _driver_instance is None:
+        with _driver_lock:
+            if _driver_instance is None:
+                _driver_instance = _CudaDriver()
+    return _driver_instance
+
+
+# ----------------------------------------------------------------------------------------------
+# PyTorch's current stream
+
+
+def _raw_stream_getter() -> Any:
+    import torch
+
+    getter = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # what TorchInductor uses
+    if getter is not None:
+        return getter
+
+    def slow(index: int) -> int:
+        return torch.cuda.current_stream(index).cuda_stream
+
+    return slow
+
+
+_current_raw_stream: Any = None
+
+
+def current_stream_handle(device_index: int) -> int:
+    """The raw ``cudaStream_t`` of PyTorch's current stream on `device_index` (0 for the
+    legacy default stream)."""
+    global _current_raw_stream
+    if _current_raw_stream is None:
+        _current_raw_stream = _raw_stream_getter()
+    return _current_raw_stream(device_index)
+
+
+# ----------------------------------------------------------------------------------------------
+# The kernel
+
+
+class CompiledKernel:
+    """One ``extern "C"`` kernel from a CUBIN, loaded on PyTorch's context and ready to launch.
+
+    `param_format` gives the kernel's parameters in pycuda's prepared-call letters (Python
+    ``struct`` codes, native alignment): "P" pointer (pass ``tensor.data_ptr()``), "i" int32,
+    "q" int64, "I"/"Q" unsigned, "f" float32, "d" float64, "e" float16, "?" bool, ...
+    `device` (a ``torch.device``, index or None for the current one) is the GPU it is loaded on.
+
+    Launch with `launch`; `num_regs`, `local_size_bytes` and `max_threads_per_block` describe
+    the compiled function (for diagnostics and launch-parameter checks).
+    """
+
+    def __init__(self, cubin: bytes, name: str, param_format: str, *, device: Any = None) -> None:
+        self.name = name
+        self.param_format = param_format
+        if param_format[:1] in ("<", ">", "!", "=", "@"):
+            raise ValueError(f"kernel {name}: param_format must use native alignment, without a {param_format[0]!r} prefix")
+        try:
+            self._struct = struct.Struct(param_format)
+        except struct.error as e:
+            raise ValueError(f"kernel {name}: bad param_format {param_format!r} ({e}); use struct letters like 'PPfq'") from e
+        if not isinstance(cubin, (bytes, bytearray, memoryview)) or len(cubin) == 0:
+            raise ValueError(f"kernel {name}: cubin must be non-empty bytes")
+        self.cubin = bytes(cubin)
+        self.device_index = _device_index(device)
+        self._pack = self._struct.pack
+        self._pack_into = self._struct.pack_into
+        self._shared_limit = DEFAULT_SHARED_MEM_LIMIT
+
+        # pycuda keeps its own context stack and pushes/pops on the driver's; whatever context
+        # PyTorch had current on this thread is put back afterwards, so PyTorch's idea of the
+        # current device is never changed by loading a kernel.
+        _require_pycuda()
+        drv = _driver()
+        before = drv.current_context()
+        cuda = _pycuda()
+        self._cuda = cuda
+        ctx = _primary_context(cuda, self.device_index)
+        ctx.push()
+        try:
+            self.module = cuda.module_from_buffer(self.cubin)
+            self.function = self.module.get_function(name)
+        except cuda.Error as e:
+            raise KernelLaunchError(
+                f"cannot load kernel {name!r} on cuda:{self.device_index}: {e} (a CUBIN must be built "
+                f"for this GPU's architecture, see fuser.runtime.nvrtc.device_arch, and the kernel "
+                f"declared extern \"C\")"
+            ) from e
+        finally:
+            cuda.Context.pop()
+            if before and drv.current_context() != before:
+                drv.check(drv.lib.cuCtxSetCurrent(before), "cuCtxSetCurrent")
+        self.function.prepare(param_format)
+        self._pycuda_launch = self.function._launch_kernel
+
+        # Driver-API state for non-default streams, made on first use.
+        self._drv_lock = threading.Lock()
+        self._drv_function: int | None = None
+        self._drv_module: int | None = None
+        self._drv_params: Any = None
+        self._drv_extra: Any = None
+
+    # -- diagnostics ----------------------------------------------------------------------------
+
+    @property
+    def num_regs(self) -> int:
+        """Registers per thread."""
+        return int(self.function.num_regs)
+
+    @property
+    def local_size_bytes(self) -> int:
+        """Local (spill/stack) memory per thread, in bytes."""
+        return int(self.function.local_size_bytes)
+
+    @property
+    def max_threads_per_block(self) -> int:
+        """The largest block this function can be launched with (registers and
+        ``__launch_bounds__`` permitting)."""
+        return int(self.function.max_threads_per_block)
+
+    @property
+    def shared_size_bytes(self) -> int:
+        """Static shared memory per block, in bytes."""
+        return int(self.function.shared_size_bytes)
+
+    def __repr__(self) -> str:
+        return f"CompiledKernel({self.name!r}, {self.param_format!r}, cuda:{self.device_index})"
+
+    # -- launching ------------------------------------------------------------------------------
+
+    def launch(
+        self,
+        grid: tuple[int, int, int],
+        block: tuple[int, int, int],
+        args: Sequence[Any],
+        *,
+        shared_mem: int = 0,
+        stream: int | None = None,
+    ) -> None:
+        """Launch on `grid` x `block` (tuples of ints) with `args` in `param_format`'s order
+        (pointers as ints from ``tensor.data_ptr()``), `shared_mem` bytes of dynamic shared
+        memory, on `stream`: a raw ``CUstream`` handle (a ``torch.cuda.Stream`` or pycuda
+        ``Stream`` is accepted too), or None for PyTorch's current stream on the kernel's
+        device. Asynchronous, like any launch; errors the launch itself
+        reports raise `KernelLaunchError`.
+        """
+        if stream is None:
+            stream = current_stream_handle(self.device_index)
+        elif type(stream) is not int:
+            stream = _stream_handle(stream)
+        if shared_mem > self._shared_limit:
+            self._allow_shared_mem(shared_mem)
+        if stream == 0:
+            try:
+                params = self._pack(*args)
+            except struct.error as e:
+                raise self._bad_args(args, e) from None
+            try:
+                self._pycuda_launch(grid, block, params, shared_mem, None)
+            except (self._cuda.Error, TypeError) as e:  # TypeError: Boost.Python.ArgumentError
+                self._retry_pycuda_launch(grid, block, params, shared_mem, e)
+        else:
+            self._launch_driver(grid, block, args, shared_mem, stream)
+
+    def _retry_pycuda_launch(self, grid: Any, block: Any, params: bytes, shared_mem: int, err: Exception) -> None:
+        """The slow path after a failed default-stream launch: set a missing context and
+        retry, accept grid/block given as lists, else raise `KernelLaunchError`."""
+        retry = False
+        if isinstance(err, TypeError):
+            if not (isinstance(grid, tuple) and isinstance(block, tuple)):
+                grid, block, retry = tuple(grid), tuple(block), True
+        elif self._fix_context():
+            retry = True
+        if retry:
+            try:
+                self._pycuda_launch(grid, block, params, shared_mem, None)
+                return
+            except (self._cuda.Error, TypeError) as e:
+                err = e
+        raise KernelLaunchError(self._launch_context(grid, block, shared_mem, 0, err)) from err
+
+    def _launch_driver(self, grid: Any, block: Any, args: Sequence[Any], shared_mem: int, stream: int) -> None:
+        """Launch through ``cuLaunchKernel`` on the raw handle `stream`."""
+        if self._drv_function is None:
+            self._load_driver_function()
+        gx, gy, gz = grid
+        bx, by, bz = block
+        cu_launch = self._cu_launch
+        with self._drv_lock:  # the parameter buffer is shared; the driver copies it at launch
+            try:
+                self._pack_into(self._drv_params, 0, *args)
+            except struct.error as e:
+                raise self._bad_args(args, e) from None
+            rc = cu_launch(self._drv_function, gx, gy, gz, bx, by, bz, shared_mem, stream, None, self._drv_extra)
+            if rc != _CUDA_SUCCESS and self._fix_context():
+                rc = cu_launch(self._drv_function, gx, gy, gz, bx, by, bz, shared_mem, stream, None, self._drv_extra)
+        if rc != _CUDA_SUCCESS:
+            raise KernelLaunchError(self._launch_context(grid, block, shared_mem, stream, _driver().error(rc)))
+
+    def _load_driver_function(self) -> None:
+        drv = _driver()
+        with self._drv_lock:
+            if self._drv_function is not None:
+                return
+            self._ensure_context(drv)
+            module, function = ctypes.c_void_p(), ctypes.c_void_p()
+            drv.check(drv.lib.cuModuleLoadData(ctypes.byref(module), self.cubin), f"cuModuleLoadData({self.name})")
+            rc = drv.lib.cuModuleGetFunction(ctypes.byref(function), module, self.name.encode())
+            if rc != _CUDA_SUCCESS:
+                drv.lib.cuModuleUnload(module)
+                drv.check(rc, f"cuModuleGetFunction({self.name})")
+            if self._shared_limit > DEFAULT_SHARED_MEM_LIMIT:
+                drv.check(
+                    drv.lib.cuFuncSetAttribute(function.value, _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, self._shared_limit),
+                    f"cuFuncSetAttribute({self.name}, MAX_DYNAMIC_SHARED_SIZE_BYTES)",
+                )
+            size = self._struct.size
+            if size:
+                self._drv_params = ctypes.create_string_buffer(size)
+                self._drv_size = ctypes.c_size_t(size)
+                self._drv_extra = (ctypes.c_void_p * 5)(
+                    _CU_LAUNCH_PARAM_BUFFER_POINTER,
+                    ctypes.addressof(self._drv_params),
+                    _CU_LAUNCH_PARAM_BUFFER_SIZE,
+                    ctypes.addressof(self._drv_size),
+                    _CU_LAUNCH_PARAM_END,
+                )
+            else:
+                self._drv_params = bytearray(0)
+                self._drv_extra = None
+            self._cu_launch = drv.cuLaunchKernel
+            self._drv_module = module.value
+            self._drv_function = function.value  # last: launches test it before taking the lock
+
+    def _ensure_context(self, drv: _CudaDriver) -> None:
+        """Make the device's primary context current when this thread has none (a thread
+        that has not touched CUDA yet); refuse to switch away from another device's."""
+        want = drv.primary_context(self.device_index)
+        have = drv.current_context()
+        if have == want:
+            return
+        if have == 0:
+            drv.check(drv.lib.cuCtxSetCurrent(want), "cuCtxSetCurrent")
+            return
+        raise KernelLaunchError(
+            f"kernel {self.name!r} lives on cuda:{self.device_index} but this thread's current CUDA "
+            f"context is another device's; launch inside `with torch.cuda.device({self.device_index}):`"
+        )
+
+    def _fix_context(self) -> bool:
+        """After a failed launch: True when the cause was a missing current context and it
+        has now been set (so retrying makes sense)."""
+        try:
+            drv = _driver()
+            if drv.current_context() != 0:
+                return False
+            drv.check(drv.lib.cuCtxSetCurrent(drv.primary_context(self.device_index)), "cuCtxSetCurrent")
+            return True
+        except KernelLaunchError:
+            return False
+
+    def _allow_shared_mem(self, nbytes: int) -> None:
+        """Opt the function in to `nbytes` of dynamic shared memory (needed above 48 KiB)."""
+        cuda = self._cuda
+        try:
+            self.function.set_attribute(cuda.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, nbytes)
+            if self._drv_function is not None:
+                drv = _driver()
+                drv.check(
+                    drv.lib.cuFuncSetAttribute(self._drv_function, _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, nbytes),
+                    "cuFuncSetAttribute",
+                )
+        except (cuda.Error, KernelLaunchError) as e:
+            try:
+                limit = f"{_driver().max_shared_optin(self.device_index)} bytes"
+            except Exception:
+                limit = "unknown"
+            raise KernelLaunchError(
+                f"kernel {self.name!r}: cannot allow {nbytes} bytes of dynamic shared memory on "
+                f"cuda:{self.device_index} (the device's opt-in maximum per block is {limit}, less the "
+                f"kernel's {self.shared_size_bytes} static bytes): {e}"
+            ) from e
+        self._shared_limit = nbytes
+
+    def _bad_args(self, args: Sequence[Any], err: Exception) -> TypeError:
+        kinds = ", ".join(type(a).__name__ for a in args)
+        return TypeError(
+            f"kernel {self.name!r} takes parameters {self.param_format!r} ({len(self.param_format)} letters); "
+            f"got {len(args)} arguments ({kinds}): {err}. Pass pointers as ints (tensor.data_ptr())."
+        )
+
+    def _launch_context(self, grid: Any, block: Any, shared_mem: int, stream: int, err: Any) -> str:
+        return (
+            f"launching kernel {self.name!r} on cuda:{self.device_index} failed: {err} "
+            f"(grid={grid!r}, block={block!r}, shared_mem={shared_mem}, stream=0x{stream:x}; "
+            f"max_threads_per_block={self._safe(lambda: self.max_threads_per_block)})"
+        )
+
+    @staticmethod
+    def _safe(fn: Any) -> Any:
+        try:
+            return fn()
+        except Exception:
+            return "?"
+
+    def close(self) -> None:
+        """Unload the driver-API copy of the module (pycuda unloads its own when collected)."""
+        module, self._drv_module, self._drv_function = self._drv_module, None, None
+        if module and _driver_instance is not None and not sys.is_finalizing():
+            try:
+                drv = _driver_instance
+                if drv.current_context() == drv.primary_context(self.device_index):
+                    drv.lib.cuModuleUnload(module)
+            except Exception:
+                pass
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def _stream_handle(stream: Any) -> int:
+    """The raw handle of a ``torch.cuda.Stream`` (``cuda_stream``) or pycuda ``Stream``
+    (``handle``)."""
+    for attr in ("cuda_stream", "handle"):
+        handle = getattr(stream, attr, None)
+        if isinstance(handle, int):
+            return handle
+    try:
+        return int(stream)
+    except (TypeError, ValueError):
+        raise TypeError(f"stream must be a raw CUstream int, a torch.cuda.Stream or None; got {stream!r}") from None
+
+
+def _device_index(device: Any) -> int:
+    import torch
+
+    if device is None:
+        return torch.cuda.current_device()
+    if isinstance(device, int):
+        return device
+    device = torch.device(device)
+    if device.type != "cuda":
+        raise ValueError(f"compiled kernels run on CUDA devices, not {device}")
+    return device.index if device.index is not None else torch.cuda.current_device()
