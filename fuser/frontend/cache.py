@@ -19,6 +19,8 @@ class CachedFusion:
     state_vals: list[Any]
     #: per input signature: what the runtime prepared to run this fusion (segments, kernels)
     executors: dict = field(default_factory=dict)
+    #: the runner the last execute used (for last_cuda_code / last_scheduled_fusion_ir)
+    last_runner: Any = None
 
 
 class FusionCache:

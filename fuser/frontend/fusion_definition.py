@@ -393,10 +393,35 @@ class FusionDefinition:
             assert_close(got, want, what=f"output {k}")
 
     def last_cuda_code(self, intrinsic_code: bool = False) -> str:
-        raise RuntimeError("fd.last_cuda_code(): fuser has not generated CUDA for this fusion; code generation is not available yet")
+        """CUDA source of the kernels the last `execute` ran (their runtime header too
+        with `intrinsic_code`)."""
+        self._ensure_defined()
+        runner = self._entry.last_runner
+        if runner is None:
+            raise RuntimeError("fd.last_cuda_code(): this fusion has not been executed yet")
+        kernels = [r.kernel for r in runner.runs if r.kernel]
+        if not kernels:
+            raise RuntimeError("fd.last_cuda_code(): the last execute ran no generated kernel "
+                               "(CPU inputs, or no segment a kernel is generated for yet)")
+        return _with_header([k.source for k in kernels], intrinsic_code)
 
     def cuda_code_for(self, inputs: Sequence[Any]) -> str:
-        raise RuntimeError("fd.cuda_code_for(): fuser has not generated CUDA for this fusion; code generation is not available yet")
+        """CUDA source of the kernels `execute(inputs)` would generate. Needs no GPU:
+        CPU or meta tensors describe the call."""
+        from fuser.runtime.kernels import prepare_pointwise
+        from fuser.runtime.segmented import example_args
+        from fuser.scheduler import SchedulerType
+
+        inputs = _flatten_inputs(inputs)
+        seg = self.segmented_fusion_for(inputs)
+        sources = []
+        for g in seg.groups:
+            if g.scheduler in (SchedulerType.pointwise, SchedulerType.transpose):
+                sources.append(prepare_pointwise(g.fusion(), example_args(seg, g, inputs)).source)
+        if not sources:
+            raise RuntimeError(f"fd.cuda_code_for(): no segment of this fusion becomes a generated kernel yet "
+                               f"(schedulers: {', '.join(g.scheduler.value for g in seg.groups) or 'none'})")
+        return _with_header(sources, False)
 
     def last_scheduled_fusion_ir(self, tensor_transforms: bool = False) -> str:
         raise RuntimeError("fd.last_scheduled_fusion_ir(): fuser has not scheduled this fusion; scheduling is not available yet")
@@ -409,11 +434,9 @@ class FusionDefinition:
         """How `execute(inputs)` cuts this fusion into kernels (segmenting on first sight of
         this input signature, as execute would)."""
         self._ensure_defined()
-        from fuser.runtime.binding import bind_inputs
         from fuser.runtime.executor import segmented_runner
 
-        binding = bind_inputs(self._fusion, _flatten_inputs(inputs))
-        return segmented_runner(self._entry, binding).seg
+        return segmented_runner(self._entry, _flatten_inputs(inputs)).seg
 
     def segment(self, inputs: Sequence[Any]) -> list["FusionDefinition"]:
         """The fusion's segments for `inputs`, each as a FusionDefinition of its own (an
@@ -430,11 +453,15 @@ class FusionDefinition:
             return []
         index = {id(v): k for k, v in enumerate(self._state_vals) if v is not None and not isinstance(v, list)}
         extra: dict[int, int] = {}  # id(Val) -> index past the definition's states
+        #: original index -> scalar a segment reads that no segment produces (extents, size())
+        self._extra_state_vals: dict[int, Any] = {}
 
         def original_index(v: Any) -> int:
             k = index.get(id(v))
             if k is None:
                 k = extra.setdefault(id(v), len(self._state_vals) + len(extra))
+            if isinstance(v, IrScalar) and not v.is_fusion_input:
+                self._extra_state_vals[k] = v  # a scalar no segment outputs: evaluated per call
             return k
 
         segments = []
@@ -451,19 +478,44 @@ class FusionDefinition:
     def _execute_segments(self, inputs: Sequence[Any], *, device: Any = None) -> list[torch.Tensor]:
         """Run the segments `segment()` made, in order, passing values by this definition's
         state indices and dropping each intermediate after the last segment reading it."""
+        from fuser.runtime.binding import bind_inputs
+        from fuser.runtime.reference import ReferenceExecutor
+        from fuser.runtime.segmented import _as_declared
+
         values: dict[int, Any] = dict(zip(self.inputs(), inputs))
+        user_inputs = set(self.inputs())
         maps = [self.segment_index_space_maps[s] for s in self._segments]
+        if self._extra_state_vals:
+            # scalars a segment needs that are no state here, e.g. an extent of an input
+            # the segment does not read: evaluated from this call's inputs
+            binding = bind_inputs(self._fusion, inputs)
+            ev = ReferenceExecutor(self._fusion, binding.device)
+            ev.bind(binding)
+            for k, v in self._extra_state_vals.items():
+                values[k] = ev.value(v)
         last: dict[int, int] = {}
         for n, (s, m) in enumerate(zip(self._segments, maps)):
             for i in s.inputs():
                 last[m[i]] = n
         keep = set(self.outputs()) | set(self.inputs())
         for n, (s, m) in enumerate(zip(self._segments, maps)):
-            outs = s.execute([values[m[i]] for i in s.inputs()], device=device)
+            # intermediates laid out as the segment declares them (dense, or stride 0 where expanded)
+            args = [values[m[i]] if m[i] in user_inputs else _as_declared(values[m[i]], v)
+                    for i, v in zip(s.inputs(), s.fusion.inputs)]
+            outs = s.execute(args, device=device)
             values.update((m[o], x) for o, x in zip(s.outputs(), outs))
             for k in [k for k, at in last.items() if at == n and k not in keep]:
                 values.pop(k, None)
         return [values[o] for o in self.outputs()]
+
+
+def _with_header(sources: list[str], intrinsic_code: bool) -> str:
+    text = "\n".join(sources)
+    if intrinsic_code:
+        from fuser.codegen.ops import runtime_headers
+
+        text = "\n".join(runtime_headers().values()) + "\n" + text
+    return text
 
 
 def _flatten_inputs(inputs: Sequence[Any]) -> list[Any]:

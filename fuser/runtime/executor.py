@@ -1,5 +1,10 @@
 """Running a defined fusion: bind and validate inputs, segment (once per input
-signature), run the segments, return outputs."""
+signature), run the segments, return outputs.
+
+A call whose input signature was seen before skips validation and segmentation: the
+signature (sizes, strides, dtypes, devices, data alignment, integer scalars' values)
+fixes everything they decided, so a cached execute only looks the runner up and launches.
+"""
 from __future__ import annotations
 
 from typing import Any, Sequence
@@ -12,13 +17,16 @@ from .binding import Binding, bind_inputs
 MAX_SIGNATURES = 64
 
 
-def signature(binding: Binding) -> tuple:
-    """What a segmentation may depend on: each tensor's sizes, strides, dtype and device;
-    each scalar's type and, for integers (sizes), its value."""
-    sig = []
-    for x in binding.tensors:
+def signature(inputs: Sequence[Any], device: Any = None) -> tuple:
+    """What validation and segmentation depend on: each tensor's sizes, strides, dtype,
+    device and data alignment (which accesses a kernel may vectorise); each scalar's
+    type and, for integers (sizes), its value; the requested device."""
+    sig: list[Any] = [device]
+    for x in inputs:
         if isinstance(x, torch.Tensor):
-            sig.append((tuple(x.shape), tuple(x.stride()), x.dtype, x.device))
+            cuda = x.is_cuda
+            sig.append((x.shape, x.stride(), x.dtype, x.get_device() if cuda else x.device.type,
+                        x.data_ptr() % 16 if cuda else 0))
         elif isinstance(x, (bool, int)):
             sig.append((type(x), x))
         else:
@@ -26,19 +34,22 @@ def signature(binding: Binding) -> tuple:
     return tuple(sig)
 
 
-def segmented_runner(entry: Any, binding: Binding):
-    """The entry's runner for this call's input signature, segmenting on first sight."""
-    from fuser.scheduler import SchedulerRuntimeInfo
-    from fuser.segment import segment_fusion
-
-    from .segmented import SegmentedRunner
-
-    key = signature(binding)
+def segmented_runner(entry: Any, inputs: Sequence[Any], device: Any = None, binding: Binding | None = None):
+    """The entry's runner for this call's input signature, validating the inputs and
+    segmenting on first sight of it."""
+    key = signature(inputs, device)
     runner = entry.executors.get(key)
     if runner is None:
+        from fuser.scheduler import SchedulerRuntimeInfo
+        from fuser.segment import segment_fusion
+
+        from .segmented import SegmentedRunner
+
         fusion = entry.fusion
+        if binding is None:
+            binding = bind_inputs(fusion, inputs, device=torch.device(device) if device is not None else None)
         seg = segment_fusion(fusion, SchedulerRuntimeInfo(fusion, binding.tensors, binding=binding))
-        runner = SegmentedRunner(seg)
+        runner = SegmentedRunner(seg, binding)
         if len(entry.executors) >= MAX_SIGNATURES:
             entry.executors.pop(next(iter(entry.executors)))
         entry.executors[key] = runner
@@ -48,14 +59,17 @@ def segmented_runner(entry: Any, binding: Binding):
 def run(entry: Any, inputs: Sequence[Any], *, device: Any = None) -> list[torch.Tensor]:
     """Execute a cached fusion on `inputs`: aliased outputs are written into their inputs
     and left out of the returned list."""
+    runner = segmented_runner(entry, inputs, device)
+    entry.last_runner = runner
+    outs = runner.run(inputs)
     fusion = entry.fusion
-    binding = bind_inputs(fusion, inputs, device=torch.device(device) if device is not None else None)
-    outs = segmented_runner(entry, binding).run(binding)
+    if not fusion.output_aliases:
+        return outs
     results = []
     for val, out in zip(fusion.outputs, outs):
         alias = fusion.output_aliases.get(val)
         if alias is None:
             results.append(out)
         else:
-            binding.tensors[fusion.inputs.index(alias)].copy_(out)
+            inputs[fusion.inputs.index(alias)].copy_(out)
     return results

@@ -10,14 +10,18 @@ import torch
 from fuser.ir import Fusion, Scalar, TensorView, Val
 from fuser.segment import SegmentedFusion, SegmentedGroup
 
+from fuser.lower.lower import NotLowerable
+from fuser.scheduler import SchedulerType
+
 from .binding import Binding, BindingPlan
+from .kernels import kernels_available, prepare_pointwise
 from .reference import ReferenceExecutor
 
 
 class _GroupRun:
     """One group's own Fusion and how its inputs and outputs map to the complete fusion's."""
 
-    __slots__ = ("group", "fusion", "inputs", "outputs", "intermediate")
+    __slots__ = ("group", "fusion", "inputs", "outputs", "intermediate", "kernel")
 
     def __init__(self, group: SegmentedGroup) -> None:
         self.group = group
@@ -27,15 +31,26 @@ class _GroupRun:
         complete_inputs = set(group.exprs[0].fusion.inputs) if group.exprs else set()
         #: per input: whether it is another group's output (laid out by us, not the user)
         self.intermediate = [v not in complete_inputs for v in self.inputs]
+        #: the generated kernel (None: not tried yet; False: this group runs on the reference)
+        self.kernel = None
+
+    def codegen_candidate(self) -> bool:
+        return self.group.scheduler in (SchedulerType.pointwise, SchedulerType.transpose)
 
 
 class SegmentedRunner:
-    """Runs one SegmentedFusion (made for one input signature) on inputs of that signature."""
+    """Runs one SegmentedFusion (made for one input signature) on inputs of that signature.
 
-    def __init__(self, seg: SegmentedFusion) -> None:
+    `binding` is the validated binding of the call that made it: what the signature fixes
+    (extents, device) is taken from it once."""
+
+    def __init__(self, seg: SegmentedFusion, binding: Binding) -> None:
         self.seg = seg
         self.runs = [_GroupRun(g) for g in seg.groups]
         fusion = seg.complete_fusion
+        self.extents = dict(binding.extents)
+        self.device = binding.device
+        self.use_kernels = kernels_available(binding.device)
         keep = set(fusion.outputs) | set(fusion.inputs)
         last: dict[Val, int] = {}
         for k, r in enumerate(self.runs):
@@ -46,18 +61,39 @@ class SegmentedRunner:
         for v, k in last.items():
             if v not in keep:
                 self.free_after[k].append(v)
+        # one kernel reading the fusion's inputs in order and writing its outputs in order:
+        # the cached path launches it with nothing in between
+        self._direct = (len(self.runs) == 1 and self.runs[0].inputs == list(fusion.inputs)
+                        and self.runs[0].outputs == list(fusion.outputs))
 
-    def run(self, binding: Binding) -> list[Any]:
+    def run(self, inputs: Sequence[Any]) -> list[Any]:
+        if self._direct:
+            r = self.runs[0]
+            k = r.kernel
+            if k:
+                outs = k.allocate_outputs()
+                k.run(inputs, outs)
+                return outs
         fusion = self.seg.complete_fusion
-        env: dict[Val, Any] = dict(binding.extents)
-        env.update(zip(fusion.inputs, binding.tensors))
+        env: dict[Val, Any] = dict(self.extents)
+        env.update(zip(fusion.inputs, inputs))
+        device = self.device
         for k, r in enumerate(self.runs):
             args = [_as_declared(env[v], v) if inter else env[v] for v, inter in zip(r.inputs, r.intermediate)]
-            outs = _run_group(r.fusion, args, binding.device)
+            if self.use_kernels and r.kernel is None and r.codegen_candidate():
+                try:
+                    r.kernel = prepare_pointwise(r.fusion, args)
+                except NotLowerable:
+                    r.kernel = False
+            if r.kernel:
+                outs = r.kernel.allocate_outputs()
+                r.kernel.run(args, outs)
+            else:
+                outs = _run_group(r.fusion, args, device)
             env.update(zip(r.outputs, outs))
             for v in self.free_after[k]:
                 env.pop(v, None)
-        return [_output(env, v, fusion, binding) for v in fusion.outputs]
+        return [_output(env, v, fusion, self) for v in fusion.outputs]
 
 
 def _run_group(fusion: Fusion, args: Sequence[Any], device: torch.device) -> list[Any]:
@@ -67,13 +103,13 @@ def _run_group(fusion: Fusion, args: Sequence[Any], device: torch.device) -> lis
     return ex.run()
 
 
-def _output(env: dict[Val, Any], v: Val, fusion: Fusion, binding: Binding) -> Any:
+def _output(env: dict[Val, Any], v: Val, fusion: Fusion, runner: "SegmentedRunner") -> Any:
     got = env.get(v)
     if got is not None:
         return got
     if isinstance(v, Scalar):  # host arithmetic on scalars: no group computes it
-        ex = ReferenceExecutor(fusion, binding.device)
-        ex.bind(binding)
+        ex = ReferenceExecutor(fusion, runner.device)
+        ex.env.update(env)
         return ex.value(v)
     raise RuntimeError(f"no segment produced the fusion output {v!r}")
 
@@ -97,3 +133,20 @@ def _as_declared(x: Any, tv: Val) -> Any:
     for d in expanded:
         base = base.narrow(d, 0, min(1, x.shape[d]))
     return base.contiguous().expand(x.shape)
+
+
+def example_args(seg: SegmentedFusion, group: SegmentedGroup, inputs: Sequence[Any]) -> list[Any]:
+    """Arguments shaped like the ones `group` gets when `seg` runs on `inputs`, without
+    running anything: fusion inputs as given, intermediates as dense meta tensors."""
+    fusion = seg.complete_fusion
+    given = dict(zip(fusion.inputs, inputs))
+    info = seg.runtime_info
+    args = []
+    for v in group.inputs:
+        if v in given:
+            args.append(given[v])
+        elif isinstance(v, TensorView):
+            args.append(_as_declared(torch.empty(info.shape(v), dtype=v.dtype.torch, device="meta"), v))
+        else:
+            args.append(info.evaluate(v))
+    return args

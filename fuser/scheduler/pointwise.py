@@ -29,3 +29,82 @@ def reject_reason(sub: SubFusion) -> str | None:
     if RESIZE in sub.kinds:
         return "has slice, pad or cat (the resize scheduler's)"
     return structure_reason(sub)
+
+
+# --- heuristics and schedule -----------------------------------------------------------------
+
+from dataclasses import dataclass  # noqa: E402
+
+from fuser.ir import Fusion, ParallelType, TensorView  # noqa: E402
+
+#: threads per block: 128 keeps 16 blocks resident per SM and leaves registers to spare
+THREADS = 128
+#: bytes one vector access moves (LDG.128)
+VECTOR_BYTES = 16
+
+
+@dataclass(frozen=True)
+class PointwiseParams:
+    """How a pointwise kernel covers its iteration space: the reference's axes merged
+    into one, split into vectors of `vectorize` elements, `threads` per block and
+    `unroll` vectors per thread; blocks cover the rest. Hashable: part of the kernel's key."""
+
+    vectorize: int
+    unroll: int
+    threads: int
+    index_type: str
+
+    def __str__(self) -> str:
+        return (f"PointwiseParams(vectorize={self.vectorize}, unroll={self.unroll}, threads={self.threads}, "
+                f"index_type={self.index_type})")
+
+
+def reference_tensor(sub: SubFusion) -> TensorView:
+    """The output whose axes span the segment's iteration space."""
+    ref = sub.reference(sub.outputs, sub.concrete_classes())
+    if ref is None:
+        raise ValueError("no output spans the segment's iteration space")
+    return ref
+
+
+def heuristics(sub: SubFusion, vectorizable: list[TensorView], inner_extent: int, total: int) -> PointwiseParams:
+    """Vector width, unroll and block size for `total` elements whose innermost reference
+    axis has `inner_extent` elements; `vectorizable` are the tensors read or written with
+    vector accesses (their alignment and element sizes bound the width)."""
+    info = sub.a.info
+    width = 1
+    if vectorizable:
+        itemsize = max(tv.dtype.itemsize for tv in vectorizable)
+        width = max(1, VECTOR_BYTES // itemsize)
+        for tv in vectorizable:
+            align = info.alignment.get(tv)
+            if align is not None:
+                width = min(width, max(1, align // tv.dtype.itemsize))
+        while width > 1 and inner_extent % width:
+            width //= 2
+    sms = info.device_limits.sm_count
+    # unroll while there would still be several waves of blocks to spread over the SMs
+    unroll = 1
+    while unroll < 4 and total // (width * THREADS * unroll * 2) >= sms * 8:
+        unroll *= 2
+    return PointwiseParams(width, unroll, THREADS, info.index_type)
+
+
+def schedule(fusion: Fusion, ref: TensorView, params: PointwiseParams) -> None:
+    """Schedule the reference: merge all axes innermost-first (so every suffix of axes is
+    one merged axis: contiguous tensors index it directly), then split into
+    [blocks, unroll, threads, vector] and bind them."""
+    from fuser.transform import merge, parallelize, split
+
+    n = len(ref.domain.loop)
+    for k in range(n - 2, -1, -1):
+        merge(ref, k, k + 1)
+    if n == 0:
+        return
+    split(ref, 0, params.vectorize)
+    split(ref, 0, params.threads)
+    split(ref, 0, params.unroll)
+    parallelize(ref, 0, ParallelType.BIDx)
+    parallelize(ref, 1, ParallelType.Unroll)
+    parallelize(ref, 2, ParallelType.TIDx)
+    parallelize(ref, 3, ParallelType.Vectorize)

@@ -1,0 +1,130 @@
+"""Kernel time of the benchmark fusions (fuser/benchmarks/fusions.py) on a CUDA GPU: fuser
+against eager PyTorch and torch.compile, as `python -m fuser bench` reports it.
+
+Every benchmark here needs CUDA: without it `setup` raises NotImplementedError, which asv
+reports as skipped. Kernel times are `track_` benchmarks (CUDA events around a loop of calls,
+see `fuser.benchmarks.kernel_time`), in microseconds; asv's own wall-clock `time_` loop is
+only used for the host cost of issuing a tiny cached fusion.
+"""
+import torch
+
+from fuser.benchmarks import FUSIONS, by_name, copy_bandwidth, kernel_time
+
+_BANDWIDTH = [f.name for f in FUSIONS if f.kind == "bandwidth"]
+_IMPLS = ["fuser", "eager", "compile"]
+_copy_bw = None
+
+
+def _require_cuda():
+    if not torch.cuda.is_available():
+        raise NotImplementedError("needs a CUDA GPU")
+
+
+def _copy_bandwidth():
+    """Device-to-device copy bandwidth (bytes/s), measured once per process."""
+    global _copy_bw
+    if _copy_bw is None:
+        _copy_bw = copy_bandwidth()[0]
+    return _copy_bw
+
+
+def _callable(fusion, impl, inputs):
+    """A no-argument function running `fusion` on `inputs` with `impl`, run once already."""
+    if impl == "fuser":
+        fd = fusion.fusion_definition()
+
+        def fn():
+            return fd.execute(inputs)
+    elif impl == "eager":
+        def fn():
+            return fusion.eager(inputs)
+    else:
+        dynamo = getattr(torch, "_dynamo", None)
+        if dynamo is not None and hasattr(dynamo, "reset"):
+            dynamo.reset()
+        compiled = torch.compile(fusion.reference)
+
+        def fn():
+            return compiled(inputs)
+    try:
+        fn()
+        torch.cuda.synchronize()
+    except Exception as e:
+        if impl == "compile":  # torch.compile unavailable here (no triton, ...): skip, do not fail
+            raise NotImplementedError(f"torch.compile failed: {type(e).__name__}: {e}") from e
+        raise
+    return fn
+
+
+class KernelTime:
+    """Median GPU time per call of each memory-bound fusion at its benchmark shape."""
+
+    params = [_BANDWIDTH, _IMPLS]
+    param_names = ["fusion", "impl"]
+    timeout = 600
+
+    def setup(self, name, impl):
+        _require_cuda()
+        self.fusion = by_name(name)
+        self.inputs = self.fusion.make_inputs("cuda")
+        self.nbytes = self.fusion.bytes_moved(self.inputs)
+        self.fn = _callable(self.fusion, impl, self.inputs)
+
+    def teardown(self, name, impl):
+        self.fn = self.inputs = None
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+    def track_kernel_us(self, name, impl):
+        return kernel_time(self.fn).us
+
+    track_kernel_us.unit = "us"
+
+    def track_percent_of_copy_bandwidth(self, name, impl):
+        t = kernel_time(self.fn)
+        return 100.0 * self.nbytes / (t.us * 1e-6) / _copy_bandwidth()
+
+    track_percent_of_copy_bandwidth.unit = "%"
+
+
+class CopyBandwidth:
+    """The reference the %-of-copy numbers divide by: dst.copy_(src) on 1 GiB."""
+
+    timeout = 300
+
+    def setup(self):
+        _require_cuda()
+
+    def track_copy_bandwidth_gbps(self):
+        return copy_bandwidth()[0] / 1e9
+
+    track_copy_bandwidth_gbps.unit = "GB/s"
+
+
+class HostLatency:
+    """Host cost of issuing the cached GELU fusion on [8, 8] (no synchronisation per call)."""
+
+    params = [_IMPLS]
+    param_names = ["impl"]
+    timeout = 600
+
+    def setup(self, impl):
+        _require_cuda()
+        self.fusion = by_name("latency_gelu_8x8")
+        self.inputs = self.fusion.make_inputs("cuda")
+        self.fn = _callable(self.fusion, impl, self.inputs)
+        for _ in range(100):
+            self.fn()
+        torch.cuda.synchronize()
+
+    def teardown(self, impl):
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+
+    def time_issue_latency_gelu_8x8(self, impl):
+        self.fn()
+
+    def track_kernel_us_latency_gelu_8x8(self, impl):
+        return kernel_time(self.fn).us
+
+    track_kernel_us_latency_gelu_8x8.unit = "us"

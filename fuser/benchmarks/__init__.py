@@ -1,0 +1,137 @@
+"""Benchmarks shared by `python -m fuser bench` (fuser/cli/bench.py) and asv
+(asv_bench/benchmarks/kernels.py): the fusions (`fusions`) and the CUDA timing helpers here.
+
+Kernel time is measured with CUDA events around a loop of calls, divided by the number of
+calls; the median over several loops is reported. Before each loop the GPU is kept busy
+with ``torch.cuda._sleep`` for longer than the host needs to issue the whole loop, so the
+events bracket back-to-back GPU work and not Python's per-call overhead (when the host
+could not keep up anyway, `KernelTime.host_bound` says so). There is no L2 flush between
+calls: with inputs far larger than the L2 cache (the default shapes) it does not matter.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from .fusions import FUSIONS, BenchFusion, by_name, bytes_moved, define, stored_bytes
+
+__all__ = [
+    "FUSIONS",
+    "BenchFusion",
+    "by_name",
+    "bytes_moved",
+    "define",
+    "stored_bytes",
+    "KernelTime",
+    "kernel_time",
+    "copy_bandwidth",
+    "host_time_per_call",
+]
+
+#: most the GPU is put to sleep ahead of one timed loop
+_MAX_SLEEP_MS = 2000.0
+_sleep_cycles_per_ms: float | None = None
+
+
+@dataclass(frozen=True)
+class KernelTime:
+    """Median GPU time per call (µs) over `repeats` loops of `iters` calls, the host's
+    time to issue one call (µs), and whether the host was the bottleneck."""
+
+    us: float
+    host_us: float
+    host_bound: bool
+    iters: int
+    repeats: int
+
+
+def _cycles_per_ms() -> float | None:
+    """How many ``torch.cuda._sleep`` cycles one millisecond is (measured once), or None
+    when this torch has no ``_sleep``."""
+    global _sleep_cycles_per_ms
+    if _sleep_cycles_per_ms is None:
+        sleep = getattr(torch.cuda, "_sleep", None)
+        if sleep is None:
+            return None
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        sleep(1_000_000)  # warm-up
+        cycles = 20_000_000
+        start.record()
+        sleep(cycles)
+        end.record()
+        end.synchronize()
+        _sleep_cycles_per_ms = cycles / max(start.elapsed_time(end), 1e-3)
+    return _sleep_cycles_per_ms
+
+
+def kernel_time(fn: Callable[[], object], *, iters: int = 100, repeats: int = 7, warmup: int = 5) -> KernelTime:
+    """GPU time per call of `fn` on the current stream (see the module docstring)."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    # the host's time to issue one call (no synchronisation: what it costs to enqueue)
+    probe = max(1, min(iters, 10))
+    t0 = time.perf_counter()
+    for _ in range(probe):
+        fn()
+    host_est_ms = (time.perf_counter() - t0) * 1e3 / probe
+    torch.cuda.synchronize()
+    cpm = _cycles_per_ms()
+    sleep_ms = min(_MAX_SLEEP_MS, 1.5 * host_est_ms * iters + 1.0) if cpm else 0.0
+
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    gpu, host = [], []
+    host_bound = False
+    for _ in range(repeats):
+        torch.cuda.synchronize()
+        if sleep_ms:
+            torch.cuda._sleep(int(sleep_ms * cpm))
+        start.record()
+        h0 = time.perf_counter()
+        for _ in range(iters):
+            fn()
+        h_ms = (time.perf_counter() - h0) * 1e3
+        end.record()
+        end.synchronize()
+        g_ms = start.elapsed_time(end)
+        gpu.append(g_ms / iters)
+        host.append(h_ms / iters)
+        # the GPU ran out of queued work before the host finished issuing the loop
+        if h_ms > sleep_ms + 0.9 * g_ms:
+            host_bound = True
+    return KernelTime(statistics.median(gpu) * 1e3, statistics.median(host) * 1e3, host_bound, iters, repeats)
+
+
+def copy_bandwidth(nbytes: int = 1 << 30, *, iters: int = 20, repeats: int = 5) -> tuple[float, KernelTime]:
+    """Device-to-device copy bandwidth in bytes/s: ``dst.copy_(src)`` on `nbytes` buffers,
+    counted as 2 * nbytes (read + write) per copy. Returns (bandwidth, timing)."""
+    src = torch.empty(nbytes, dtype=torch.uint8, device="cuda").fill_(1)
+    dst = torch.empty_like(src)
+    t = kernel_time(lambda: dst.copy_(src), iters=iters, repeats=repeats)
+    src = dst = None  # free the buffers before the caller's next allocation
+    torch.cuda.empty_cache()
+    return 2 * nbytes / (t.us * 1e-6), t
+
+
+def host_time_per_call(fn: Callable[[], object], *, calls: int = 2000, repeats: int = 5, warmup: int = 200) -> float:
+    """Host wall time per call of `fn` in µs: the median over `repeats` loops of `calls`
+    calls of (loop time / calls), with one ``torch.cuda.synchronize`` at the end of each
+    loop (counted) and none inside it: the cost of issuing the work."""
+    cuda = torch.cuda.is_available()
+    for _ in range(warmup):
+        fn()
+    if cuda:
+        torch.cuda.synchronize()
+    per_call = []
+    for _ in range(repeats):
+        t0 = time.perf_counter_ns()
+        for _ in range(calls):
+            fn()
+        if cuda:
+            torch.cuda.synchronize()
+        per_call.append((time.perf_counter_ns() - t0) / calls / 1e3)
+    return statistics.median(per_call)

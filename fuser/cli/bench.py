@@ -1,0 +1,470 @@
+"""`python -m fuser bench`: kernel time of fuser against eager PyTorch and torch.compile.
+
+On a CUDA device, for each benchmark fusion (fuser/benchmarks/fusions.py) and on the same
+inputs: fuser (``fd.execute``), the eager PyTorch function and ``torch.compile`` of it (default
+mode). Reported: the median kernel time (CUDA events around a loop of calls, see
+`fuser.benchmarks.kernel_time`), the bytes a kernel must move, the achieved bandwidth as a
+percentage of the measured device-to-device copy bandwidth, and a correctness check of fuser
+against eager. Then the host latency of a cached tiny fusion and the first-run compile time of
+GELU with a cold and a warm kernel cache.
+
+Without CUDA (or with ``--cpu``) each fusion runs once on small CPU tensors through fuser and
+eager PyTorch and is checked; there is nothing to time.
+
+Exit status: 0 when every check passed, 1 when a fuser result mismatched or fuser failed.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import torch
+
+from fuser.benchmarks import fusions as F
+
+_US = "µs"
+
+
+def _unit() -> str:
+    """"µs", or "us" when stdout cannot encode µ."""
+    enc = getattr(sys.stdout, "encoding", None) or "ascii"
+    try:
+        _US.encode(enc)
+        return _US
+    except (UnicodeEncodeError, LookupError):
+        return "us"
+
+
+# ----------------------------------------------------------------------------------------------
+# shared pieces
+
+
+def _check(fusion: F.BenchFusion, got: Sequence[Any], inputs: Sequence[torch.Tensor]) -> tuple[bool, str]:
+    """(ok, message): fuser's outputs `got` against the eager function on `inputs`."""
+    from fuser.runtime.tolerance import assert_close
+
+    want = fusion.eager(inputs)
+    if len(got) != len(want):
+        return False, f"{len(got)} outputs, eager gives {len(want)}"
+    try:
+        for k, (g, w) in enumerate(zip(got, want)):
+            assert_close(g, w, what=f"{fusion.name} output {k}")
+    except AssertionError as e:
+        return False, str(e).strip().splitlines()[0] if str(e).strip() else "assert_close failed"
+    return True, ""
+
+
+def _fuser_path(fd: Any) -> str:
+    """How the last execute of `fd` ran: generated kernels and/or reference-executor segments."""
+    runner = getattr(getattr(fd, "_entry", None), "last_runner", None)
+    runs = getattr(runner, "runs", None)
+    if runs is None:
+        return "?"
+    gen = sum(1 for r in runs if getattr(r, "kernel", None))
+    ref = len(runs) - gen
+    if gen and not ref:
+        return f"{gen} kernel" + ("s" if gen > 1 else "")
+    if not gen:
+        return f"reference ({ref} seg{'s' if ref != 1 else ''})"
+    return f"{gen} kernel{'s' if gen > 1 else ''} + {ref} ref"
+
+
+def _first_line(e: BaseException) -> str:
+    """The exception's type and first line, plus its first line that says "error" (a
+    compiler's message starts with a header; the first error is what matters)."""
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    msg = f"{type(e).__name__}: {lines[0] if lines else ''}"
+    err = next((ln for ln in lines[1:] if "error" in ln.lower()), None)
+    if err:
+        msg += f" | {err}"
+    return msg if len(msg) <= 300 else msg[:297] + "..."
+
+
+def _select(only: Sequence[str] | None) -> list[F.BenchFusion]:
+    if not only:
+        return list(F.FUSIONS)
+    return [F.by_name(n) for n in only]
+
+
+# ----------------------------------------------------------------------------------------------
+# without CUDA: run and check on CPU
+
+
+def _run_cpu(fusions: Sequence[F.BenchFusion], reason: str) -> int:
+    print(f"fuser bench: {reason}: no kernel timings (they need an NVIDIA GPU).")
+    print("Checking each fusion once on CPU through fuser (fd.execute) and eager PyTorch, small shapes:")
+    failed = 0
+    width = max(len(f.name) for f in fusions)
+    for f in fusions:
+        shape = F.SMALL if f.kind == "bandwidth" else f.shape
+        inputs = f.make_inputs("cpu", shape)
+        try:
+            fd = f.fusion_definition()
+            got = fd.execute(inputs)
+            ok, msg = _check(f, got, inputs)
+            path = _fuser_path(fd)
+            status = "ok" if ok else f"MISMATCH  {msg}"
+        except Exception as e:  # noqa: BLE001 - report every failure, keep going
+            ok, path, status = False, "error", f"ERROR  {_first_line(e)}"
+        failed += not ok
+        print(f"  {f.name:<{width}}  {str(list(shape)):>12}  {f.bytes_moved(inputs):>9} bytes  "
+              f"fuser: {path:<20} {status}")
+    if failed:
+        print(f"{failed} of {len(fusions)} fusions failed or do not match eager PyTorch")
+        return 1
+    print(f"all {len(fusions)} fusions match eager PyTorch")
+    return 0
+
+
+# ----------------------------------------------------------------------------------------------
+# on CUDA
+
+
+@dataclass
+class _Row:
+    fusion: F.BenchFusion
+    shape: tuple[int, ...]
+    nbytes: int = 0
+    times: dict[str, Any] = field(default_factory=dict)  # impl -> KernelTime | None
+    errors: dict[str, str] = field(default_factory=dict)  # impl -> why n/a
+    check: str = "-"
+    path: str = "?"
+    latency: dict[str, Any] = field(default_factory=dict)  # impl -> µs | None
+
+
+_IMPLS = ("fuser", "eager", "compile")
+
+
+def _compiled(fn: Callable) -> Callable:
+    """torch.compile(fn) (default mode) with dynamo's caches reset first, so that one eager
+    function used at two shapes (the GELU rows) is compiled for each as if first seen."""
+    dynamo = getattr(torch, "_dynamo", None)
+    if dynamo is not None and hasattr(dynamo, "reset"):
+        dynamo.reset()
+    return torch.compile(fn)
+
+
+def _bench_row(f: F.BenchFusion, shape, *, iters: int, repeats: int, latency_calls: int) -> _Row:
+    from fuser.benchmarks import host_time_per_call, kernel_time
+
+    row = _Row(f, tuple(shape))
+    inputs = f.make_inputs("cuda", shape)
+    row.nbytes = f.bytes_moved(inputs)
+    fns: dict[str, Callable[[], Any] | None] = {}
+
+    # fuser: define, run once, check against eager
+    try:
+        fd = f.fusion_definition()
+        got = fd.execute(inputs)
+        torch.cuda.synchronize()
+        ok, msg = _check(f, got, inputs)
+        row.check = "ok" if ok else "MISMATCH"
+        if not ok:
+            row.errors["check"] = msg
+        row.path = _fuser_path(fd)
+        del got
+        fns["fuser"] = lambda: fd.execute(inputs)
+    except Exception as e:  # noqa: BLE001
+        row.check, row.path = "ERROR", "error"
+        row.errors["fuser"] = _first_line(e)
+        traceback.print_exc(file=sys.stderr)
+        fns["fuser"] = None
+
+    fns["eager"] = lambda: f.eager(inputs)
+
+    try:
+        compiled = _compiled(f.reference)
+        compiled(inputs)  # compiles here; failures show on the first call
+        torch.cuda.synchronize()
+        fns["compile"] = lambda: compiled(inputs)
+    except Exception as e:  # noqa: BLE001
+        row.errors["compile"] = _first_line(e)
+        fns["compile"] = None
+
+    for impl in _IMPLS:
+        fn = fns[impl]
+        if fn is None:
+            row.times[impl] = None
+            continue
+        try:
+            row.times[impl] = kernel_time(fn, iters=iters, repeats=repeats)
+        except Exception as e:  # noqa: BLE001
+            row.times[impl] = None
+            row.errors.setdefault(impl, _first_line(e))
+
+    if f.kind == "latency":
+        for impl in _IMPLS:
+            fn = fns[impl]
+            try:
+                row.latency[impl] = host_time_per_call(fn, calls=latency_calls) if fn is not None else None
+            except Exception as e:  # noqa: BLE001
+                row.latency[impl] = None
+                row.errors.setdefault(impl, _first_line(e))
+    inputs = fns = None  # the closures above are done: free the inputs
+    torch.cuda.empty_cache()
+    return row
+
+
+def _reset_process_caches() -> list[str]:
+    """Forget what this process remembers about compiled fusions, except the disk cache:
+    the structural FusionCache (with each entry's per-signature runners, which hold the
+    loaded kernel modules) and the kernel cache's in-memory CUBINs. Returns what was reset."""
+    from fuser import FusionCache
+
+    FusionCache.reset()
+    done = ["FusionCache (definitions, segmentations, scheduled/lowered kernels, loaded modules)"]
+    try:
+        from fuser.runtime import kernel_cache
+    except ImportError:
+        kernel_cache = None
+    if kernel_cache is not None and hasattr(kernel_cache, "clear"):
+        kernel_cache.clear()
+        done.append("kernel_cache in-memory CUBINs")
+    return done
+
+
+def _kernel_cache_stats() -> dict[str, int] | None:
+    try:
+        from fuser.runtime import kernel_cache
+    except ImportError:
+        return None
+    stats = getattr(kernel_cache, "stats", None)
+    return stats() if callable(stats) else None
+
+
+def _compile_times(f: F.BenchFusion, shape) -> list[tuple[str, float | None, str]]:
+    """(label, seconds or None, note) for the first run of `f` with a cold kernel cache, a
+    warm one (disk only), and a hot process (every cache kept)."""
+    inputs = f.make_inputs("cuda", shape)
+    torch.cuda.synchronize()
+    old = os.environ.get("FUSER_CACHE_DIR")
+    tmp = tempfile.mkdtemp(prefix="fuser-bench-kernels-")
+    os.environ["FUSER_CACHE_DIR"] = tmp
+    results: list[tuple[str, float | None, str]] = []
+
+    def first_run() -> float:
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fd = f.fusion_definition()
+        fd.execute(inputs)
+        torch.cuda.synchronize()
+        return time.perf_counter() - t0
+
+    try:
+        for label in ("cold", "warm", "hot"):
+            if label != "hot":
+                _reset_process_caches()
+            try:
+                t = first_run()
+            except Exception as e:  # noqa: BLE001
+                results.append((label, None, _first_line(e)))
+                continue
+            stats = _kernel_cache_stats()
+            note = ""
+            if stats is not None and label != "hot":
+                compiled, disk = stats.get("compiles", 0), stats.get("disk_hits", 0)
+                note = f"kernel cache: {compiled} compiled, {disk} from disk"
+                if not compiled and not disk:
+                    note += "; no generated kernel: fuser ran the reference executor"
+            results.append((label, t, note))
+    finally:
+        if old is None:
+            os.environ.pop("FUSER_CACHE_DIR", None)
+        else:
+            os.environ["FUSER_CACHE_DIR"] = old
+        shutil.rmtree(tmp, ignore_errors=True)
+        # leave no runner pointing at the deleted directory's kernels behind
+        _reset_process_caches()
+    return results
+
+
+def _fmt_time(t: Any, mark: bool = True) -> str:
+    if t is None:
+        return "n/a"
+    s = f"{t.us:.1f}" if t.us < 1e4 else f"{t.us:.0f}"
+    return s + ("*" if mark and t.host_bound else "")
+
+
+def _pct(nbytes: int, t: Any, bw: float, kind: str) -> str:
+    if t is None:
+        return "n/a"
+    if kind == "latency":
+        return "-"
+    return f"{100.0 * nbytes / (t.us * 1e-6) / bw:.1f}"
+
+
+def _table(rows: Sequence[_Row], bw: float) -> str:
+    us = _unit()
+    head = ["fusion", f"fuser {us}", f"eager {us}", f"compile {us}", "GB moved",
+            "fuser %copy", "eager %copy", "compile %copy", "check", "fuser ran"]
+    body = []
+    for r in rows:
+        k = r.fusion.kind
+        body.append([
+            r.fusion.name,
+            *(_fmt_time(r.times.get(i)) for i in _IMPLS),
+            f"{r.nbytes / 1e9:.3f}" if r.nbytes >= 1e6 else f"{r.nbytes / 1e9:.1e}",
+            *(_pct(r.nbytes, r.times.get(i), bw, k) for i in _IMPLS),
+            r.check,
+            r.path,
+        ])
+    widths = [max(len(str(x[c])) for x in [head, *body]) for c in range(len(head))]
+    left = {0, 8, 9}
+
+    def line(cells):
+        return "  ".join(str(c).ljust(w) if j in left else str(c).rjust(w)
+                         for j, (c, w) in enumerate(zip(cells, widths))).rstrip()
+
+    out = [line(head), line(["-" * w for w in widths])]
+    out += [line(b) for b in body]
+    return "\n".join(out)
+
+
+def _plot(path: str, rows: Sequence[_Row], bw: float) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        import matplotlib.ticker  # noqa: F401 - used through matplotlib.ticker below
+    except ImportError:
+        print(f"--plot: matplotlib is not installed; no chart written to {path} (pip install matplotlib)")
+        return
+    bw_rows = [r for r in rows if r.fusion.kind == "bandwidth"]
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.5))
+    names = [r.fusion.name for r in rows]
+    width = 0.27
+    for k, impl in enumerate(_IMPLS):
+        xs = [j + (k - 1) * width for j in range(len(rows))]
+        axes[0].bar(xs, [r.times[impl].us if r.times.get(impl) else 0.0 for r in rows], width, label=impl)
+        xs = [j + (k - 1) * width for j in range(len(bw_rows))]
+        axes[1].bar(xs, [100.0 * r.nbytes / (r.times[impl].us * 1e-6) / bw if r.times.get(impl) else 0.0
+                         for r in bw_rows], width, label=impl)
+    axes[0].set_xticks(range(len(rows)), names, rotation=20, ha="right")
+    axes[0].set_yscale("log")
+    axes[0].yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    axes[0].set_ylabel("kernel time per call (µs, log)")
+    top = max([r.times[i].us for r in rows for i in _IMPLS if r.times.get(i)] or [1.0])
+    axes[0].set_ylim(top=top * 6)
+    axes[0].legend(loc="upper center", ncol=3)
+    axes[1].set_xticks(range(len(bw_rows)), [r.fusion.name for r in bw_rows], rotation=20, ha="right")
+    axes[1].axhline(100.0, color="grey", lw=0.8, ls="--")
+    axes[1].set_ylabel(f"% of copy bandwidth ({bw / 1e9:.0f} GB/s)")
+    pcts = [100.0 * r.nbytes / (r.times[i].us * 1e-6) / bw for r in bw_rows for i in _IMPLS if r.times.get(i)]
+    axes[1].set_ylim(0, max([100.0, *pcts]) * 1.2)
+    axes[1].legend(loc="upper center", ncol=3)
+    fig.suptitle(f"fuser bench on {torch.cuda.get_device_name()}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    print(f"chart written to {path}")
+
+
+def _run_cuda(fusions: Sequence[F.BenchFusion], *, quick: bool, plot: str | None) -> int:
+    import fuser
+    from fuser.benchmarks import copy_bandwidth
+
+    us = _unit()
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    l2 = getattr(props, "L2_cache_size", 0) or 0
+    print(f"fuser bench on {props.name} (sm_{props.major}{props.minor}, {props.total_memory / 2**30:.0f} GiB, "
+          f"L2 {l2 / 2**20:.0f} MiB); torch {torch.__version__}, fuser {fuser.__version__}"
+          + ("; --quick" if quick else ""))
+    bw, bw_t = copy_bandwidth(1 << 28 if quick else 1 << 30, iters=10 if quick else 20)
+    print(f"device-to-device copy bandwidth: {bw / 1e9:.0f} GB/s "
+          f"(dst.copy_(src) on {(256 if quick else 1024)} MiB, 2 x bytes / time, {bw_t.us:.0f} {us} per copy)")
+
+    iters, repeats, latency_calls = (20, 3, 500) if quick else (100, 7, 2000)
+    rows: list[_Row] = []
+    for f in fusions:
+        shape = f.quick_shape if quick else f.shape
+        print(f"  {f.name} {list(shape)} ...", file=sys.stderr, flush=True)
+        rows.append(_bench_row(f, shape, iters=iters, repeats=repeats, latency_calls=latency_calls))
+
+    print()
+    print(_table(rows, bw))
+    print(f"kernel time: median over {repeats} loops of {iters} calls, CUDA events around each loop / {iters}; "
+          "the GPU is held busy (torch.cuda._sleep) while the host issues the loop.")
+    if any(t is not None and t.host_bound for r in rows for t in r.times.values()):
+        print("  * host-bound: Python could not issue calls as fast as the GPU ran them; the kernel alone is faster.")
+    small = [r.fusion.name for r in rows if r.fusion.kind == "bandwidth" and l2 and r.nbytes < 4 * l2]
+    print(f"no L2 flush between calls (L2 {l2 / 2**20:.0f} MiB)"
+          + (f"; these move less than 4x L2, so L2 hits may inflate %copy: {', '.join(small)}" if small
+             else "; every bandwidth fusion moves more than 4x L2 per call, so reuse across calls is negligible"))
+    for r in rows:
+        for what, msg in r.errors.items():
+            label = {"check": "fuser vs eager", "fuser": "fuser", "eager": "eager", "compile": "torch.compile"}[what]
+            print(f"  {r.fusion.name}: {label}: {msg}")
+
+    lat = [r for r in rows if r.fusion.kind == "latency"]
+    for r in lat:
+        print()
+        print(f"host latency, {r.fusion.name} {list(r.shape)} (cached; per-call wall time of a loop of "
+              f"{latency_calls} calls, one synchronize at the end, median of 5 loops):")
+        for impl in _IMPLS:
+            v = r.latency.get(impl)
+            print(f"  {impl:<8} {('n/a' if v is None else f'{v:.1f}'):>8} {us}/call")
+
+    gelu = next((f for f in fusions if f.name == "gelu_tanh_bf16"), None) or next(
+        (f for f in fusions if f.name == "latency_gelu_8x8"), None)
+    if gelu is not None:
+        shape = gelu.quick_shape if quick else gelu.shape
+        print()
+        print(f"first-run compile time of {gelu.name} {list(shape)}: FusionDefinition to first result "
+              "(synchronized), inputs made beforehand:")
+        for label, t, note in _compile_times(gelu, shape):
+            desc = {
+                "cold": "cold: empty FUSER_CACHE_DIR, in-process caches cleared",
+                "warm": "warm: same FUSER_CACHE_DIR (CUBIN on disk), in-process caches cleared again",
+                "hot": "hot: new FusionDefinition, every cache of this process kept",
+            }[label]
+            value = "n/a" if t is None else f"{t * 1e3:.1f} ms"
+            print(f"  {value:>10}  {desc}" + (f" [{note}]" if note else ""))
+        print("  cleared: fuser.FusionCache (definitions, segmentations, kernels and their loaded modules) and "
+              "fuser.runtime.kernel_cache's memory; already initialised in every case: the CUDA context, "
+              "pycuda, the NVRTC library and PyTorch's allocator.")
+
+    if plot:
+        print()
+        _plot(plot, rows, bw)
+
+    bad = [r.fusion.name for r in rows if r.check != "ok"]
+    if bad:
+        print(f"\nfuser failed or mismatched on: {', '.join(bad)}")
+        return 1
+    return 0
+
+
+def run_bench(*, quick: bool = False, plot: str | None = None, only: Sequence[str] | None = None,
+              cpu: bool = False) -> int:
+    """`python -m fuser bench`; returns the exit status."""
+    try:
+        fusions = _select(only)
+    except KeyError as e:
+        print(f"fuser bench: {e.args[0]}", file=sys.stderr)
+        return 2
+    if cpu:
+        return _run_cpu(fusions, "--cpu given")
+    if not torch.cuda.is_available():
+        return _run_cpu(fusions, "CUDA is not available (torch.cuda.is_available() is False)")
+    return _run_cuda(fusions, quick=quick, plot=plot)
+
+
+def add_parser(sub: Any) -> None:
+    """Register the `bench` subcommand on an argparse subparsers object."""
+    names = ", ".join(f.name for f in F.FUSIONS)
+    p = sub.add_parser(
+        "bench",
+        help="time fuser's kernels against eager PyTorch and torch.compile (CUDA); check them on CPU otherwise",
+        description=__doc__.split("\n\n")[0],
+    )
+    p.add_argument("--quick", action="store_true", help="smaller shapes and fewer iterations")
+    p.add_argument("--plot", metavar="OUT.png", default=None, help="also draw a bar chart (needs matplotlib)")
+    p.add_argument("--only", nargs="+", metavar="NAME", default=None, help=f"run only these fusions ({names})")
+    p.add_argument("--cpu", action="store_true", help="only run and check each fusion on CPU, even with CUDA")
