@@ -33,6 +33,9 @@ DTYPES = [
 FLOATS = [DataType.Half, DataType.BFloat16, DataType.Float, DataType.Double]
 FP8 = [DataType.Float8_e4m3fn, DataType.Float8_e5m2]
 NARROW = (torch.float16, torch.bfloat16)
+#: where `rand` puts inputs: FUSER_TEST_DEVICE=cuda runs these op tests through generated
+#: kernels on the GPU (the expected values then come from eager PyTorch on the GPU too)
+DEVICE = os.environ.get("FUSER_TEST_DEVICE", "cpu")
 
 
 @pytest.fixture(autouse=True)
@@ -78,7 +81,7 @@ def rand(shape: Sequence[int], dtype: DataType | torch.dtype, *, low: int = -5, 
         if nonzero:
             x = torch.where(x.abs() < 1e-3, torch.ones(()), x)
         x = x.to(t)
-    return x
+    return x.to(DEVICE) if DEVICE != "cpu" else x
 
 
 def upcast(x: Any) -> Any:
@@ -109,7 +112,7 @@ def torch_call(fn: Callable, *args: Any, **kwargs: Any) -> torch.Tensor:
                 dt = torch.result_type(tensors[0], a)
                 for t in tensors[1:]:
                     dt = torch.promote_types(dt, torch.result_type(t, a))
-                wrapped.append(torch.tensor(a, dtype=dt))
+                wrapped.append(torch.tensor(a, dtype=dt, device=tensors[0].device))
         return fn(*wrapped, **kwargs)
 
 

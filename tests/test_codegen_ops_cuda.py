@@ -20,13 +20,13 @@ pytest.importorskip("pycuda")
 import torch  # noqa: E402
 
 from fuser import DataType  # noqa: E402
-from fuser.codegen.ops import compute_dtype, runtime_headers  # noqa: E402
+from fuser.codegen.ops import RUNTIME_HEADER_NAME, compute_dtype, ctype, runtime_headers  # noqa: E402
 from fuser.ir import BinaryOpType, TernaryOpType, UnaryOpType  # noqa: E402
 from fuser.runtime.reference import run_reference  # noqa: E402
 from fuser.runtime.tolerance import assert_close, tolerances  # noqa: E402
 from test_codegen_ops import Case, cases, chunks, define, kernel_source, unsupported  # noqa: E402
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.filterwarnings("ignore:Casting complex values to real")]
 
 N = 1037  # elements per case: not a multiple of the block
 BLOCK = 128
@@ -240,3 +240,52 @@ def test_generated_op_matches_reference(name, modules):
     assert not failures, f"{len(failures)} of {checked} {name} cases differ from the reference:\n" + "\n".join(failures)
     if not checked:
         pytest.skip(f"{name}: the reference runs none of its {len(skipped)} cases on CUDA")
+
+
+# --- vectorised access ------------------------------------------------------------------------------
+
+_VECTORS = [
+    (DataType.Half, 8), (DataType.Half, 2), (DataType.BFloat16, 4), (DataType.Float, 4), (DataType.Float, 1),
+    (DataType.Double, 4), (DataType.Bool, 2), (DataType.Bool, 16), (DataType.Float8_e4m3fn, 16),
+    (DataType.Float8_e5m2, 4), (DataType.Int32, 2), (DataType.Int, 2), (DataType.ComplexFloat, 2),
+    (DataType.ComplexDouble, 1), (DataType.ComplexDouble, 2),
+]
+
+
+def test_load_vec_store_vec_copy_bits():
+    """load_vec into a register array and into an Array, store_vec back: every bit pattern
+    (NaNs, non-canonical bools) survives, for 1- to 32-byte vectors."""
+    from fuser.runtime import nvrtc
+    from fuser.runtime.launch import CompiledKernel
+
+    lines = [f'#include "{RUNTIME_HEADER_NAME}"']
+    for k, (dt, n) in enumerate(_VECTORS):
+        t = ctype(dt)
+        lines.append(f"""
+extern "C" __global__ void vec{k}(const {t}* __restrict__ in, {t}* __restrict__ out, int count) {{
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i * {n} >= count) return;
+  {t} r[{n}];
+  fuser::load_vec<{t}, {n}>(r, in + i * {n});
+  fuser::Array<{t}, {n}> a;
+  fuser::load_vec<{t}, {n}>(a, in + i * {n});
+#pragma unroll
+  for (int j = 1; j < {n}; j += 2) r[j] = a[j];
+  if (i % 2) {{
+    fuser::store_vec<{t}, {n}>(out + i * {n}, r);
+  }} else {{
+    fuser::store_vec<{t}, {n}>(out + i * {n}, a);
+  }}
+}}""")
+    cubin = nvrtc.compile("\n".join(lines) + "\n", name="vectors.cu", arch=nvrtc.device_arch(None),
+                          headers=runtime_headers())
+    gen = torch.Generator().manual_seed(0)
+    for k, (dt, n) in enumerate(_VECTORS):
+        count = n * 257
+        raw = torch.randint(0, 256, (count * dt.itemsize,), generator=gen, dtype=torch.uint8).cuda()
+        src = raw.view(dt.torch)
+        dst = torch.full_like(raw, 0xA5).view(dt.torch)
+        CompiledKernel(cubin, f"vec{k}", "PPi").launch(((257 + 63) // 64, 1, 1), (64, 1, 1),
+                                                       [src.data_ptr(), dst.data_ptr(), count])
+        torch.cuda.synchronize()
+        assert torch.equal(dst.view(torch.uint8), raw), f"load_vec/store_vec of {n} x {dt} changed the bits"

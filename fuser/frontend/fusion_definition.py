@@ -408,26 +408,37 @@ class FusionDefinition:
     def cuda_code_for(self, inputs: Sequence[Any]) -> str:
         """CUDA source of the kernels `execute(inputs)` would generate. Needs no GPU:
         CPU or meta tensors describe the call."""
+        return _with_header([k.source for k in self._kernels_for(inputs, "cuda_code_for")], False)
+
+    def last_scheduled_fusion_ir(self, tensor_transforms: bool = False) -> str:
+        """The scheduled IR of the kernels the last `execute` generated (each tensor's
+        loop-domain transforms too with `tensor_transforms`)."""
+        self._ensure_defined()
+        runner = self._entry.last_runner
+        if runner is None:
+            raise RuntimeError("fd.last_scheduled_fusion_ir(): this fusion has not been executed yet")
+        kernels = [r.kernel for r in runner.runs if r.kernel]
+        if not kernels:
+            raise RuntimeError("fd.last_scheduled_fusion_ir(): the last execute scheduled no generated kernel")
+        return "\n".join(_scheduled_ir(k.fusion, tensor_transforms) for k in kernels)
+
+    def scheduled_fusion_ir_for(self, inputs: Sequence[Any], tensor_transforms: bool = False) -> str:
+        """The scheduled IR of the kernels `execute(inputs)` would generate (no GPU needed)."""
+        return "\n".join(_scheduled_ir(k.fusion, tensor_transforms) for k in self._kernels_for(inputs, "scheduled_fusion_ir_for"))
+
+    def _kernels_for(self, inputs: Sequence[Any], what: str) -> list:
         from fuser.runtime.kernels import prepare_pointwise
         from fuser.runtime.segmented import example_args
         from fuser.scheduler import SchedulerType
 
         inputs = _flatten_inputs(inputs)
         seg = self.segmented_fusion_for(inputs)
-        sources = []
-        for g in seg.groups:
-            if g.scheduler in (SchedulerType.pointwise, SchedulerType.transpose):
-                sources.append(prepare_pointwise(g.fusion(), example_args(seg, g, inputs)).source)
-        if not sources:
-            raise RuntimeError(f"fd.cuda_code_for(): no segment of this fusion becomes a generated kernel yet "
+        kernels = [prepare_pointwise(g.fusion(), example_args(seg, g, inputs)) for g in seg.groups
+                   if g.scheduler in (SchedulerType.pointwise, SchedulerType.transpose)]
+        if not kernels:
+            raise RuntimeError(f"fd.{what}(): no segment of this fusion becomes a generated kernel yet "
                                f"(schedulers: {', '.join(g.scheduler.value for g in seg.groups) or 'none'})")
-        return _with_header(sources, False)
-
-    def last_scheduled_fusion_ir(self, tensor_transforms: bool = False) -> str:
-        raise RuntimeError("fd.last_scheduled_fusion_ir(): fuser has not scheduled this fusion; scheduling is not available yet")
-
-    def scheduled_fusion_ir_for(self, inputs: Sequence[Any]) -> str:
-        raise RuntimeError("fd.scheduled_fusion_ir_for(): fuser has not scheduled this fusion; scheduling is not available yet")
+        return kernels
 
     # --- segmentation ----------------------------------------------------------------------------
     def segmented_fusion_for(self, inputs: Sequence[Any]) -> "SegmentedFusion":
@@ -507,6 +518,15 @@ class FusionDefinition:
             for k in [k for k, at in last.items() if at == n and k not in keep]:
                 values.pop(k, None)
         return [values[o] for o in self.outputs()]
+
+
+def _scheduled_ir(fusion: Fusion, tensor_transforms: bool) -> str:
+    from fuser.ir import fusion_ir, transforms_str
+
+    text = fusion_ir(fusion)
+    if tensor_transforms:
+        text += "\n" + "\n\n".join(transforms_str(tv) for tv in fusion.tensors()) + "\n"
+    return text
 
 
 def _with_header(sources: list[str], intrinsic_code: bool) -> str:

@@ -34,7 +34,7 @@ from fuser.ir import (
     Val,
     WelfordOp,
 )
-from fuser.ir.exprs import BinaryOpType
+from fuser.ir.exprs import BinaryOpType, TernaryOpType
 from fuser.ir.transforms import id_exprs_between
 from fuser.scheduler.analysis import FusionAnalysis, is_trivial_reduction
 
@@ -209,10 +209,14 @@ class PointwiseLowering:
             return cops.emit_unary(e.op_type, operand(x), x.dtype, out.dtype)
         if isinstance(e, BinaryOp):
             a, b = e.inputs
-            return cops.emit_binary(e.op_type, operand(a), operand(b), a.dtype, b.dtype, out.dtype)
+            # comparisons run in the type PyTorch compares in (a scalar does not widen a tensor)
+            return cops.emit_binary(e.op_type, operand(a), operand(b), a.dtype, b.dtype, out.dtype,
+                                    common=cops.common_dtype(a, b))
         if isinstance(e, TernaryOp):
             a, b, c = e.inputs
-            return cops.emit_ternary(e.op_type, operand(a), operand(b), operand(c), (a.dtype, b.dtype, c.dtype), out.dtype)
+            common = cops.common_dtype(a, b) if e.op_type is TernaryOpType.Threshold else None
+            return cops.emit_ternary(e.op_type, operand(a), operand(b), operand(c), (a.dtype, b.dtype, c.dtype),
+                                     out.dtype, common=common)
         raise NotLowerable(f"{type(e).__name__} on scalars")
 
     def lower(self) -> Kernel:

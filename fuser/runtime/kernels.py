@@ -59,6 +59,17 @@ def _vectorizable(sub, info: SchedulerRuntimeInfo, ref: TensorView, args: dict[T
     return out
 
 
+#: loaded kernels by (source, arch, device): new sizes whose heuristics come out equal
+#: generate the same source, so they reuse the loaded module instead of compiling
+_loaded: dict[tuple, Any] = {}
+
+
+def clear_loaded() -> None:
+    """Forget the loaded kernel modules (with kernel_cache.clear(): a cold process, for
+    measuring first-run compile time)."""
+    _loaded.clear()
+
+
 class PointwiseKernel:
     """One pointwise segment's kernel for one input signature."""
 
@@ -113,8 +124,13 @@ class PointwiseKernel:
         from .launch import CompiledKernel
         from .nvrtc import device_arch
 
-        cubin = get_cubin(self.source, arch=device_arch(self.info.device), headers=runtime_headers())
-        self.compiled = CompiledKernel(cubin, self.kernel.name, self.format)
+        arch = device_arch(self.info.device)
+        key = (self.source, arch, self.info.device)
+        compiled = _loaded.get(key)
+        if compiled is None:
+            cubin = get_cubin(self.source, arch=arch, headers=runtime_headers())
+            compiled = _loaded[key] = CompiledKernel(cubin, self.kernel.name, self.format)
+        self.compiled = compiled
 
     def allocate_outputs(self) -> list[torch.Tensor]:
         """Fresh outputs from PyTorch's allocator, laid out as the kernel writes them."""
