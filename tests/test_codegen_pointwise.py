@@ -41,8 +41,10 @@ def test_code_uses_vector_accesses_and_the_merged_index():
     src = _code(CASES[1])  # gelu bf16 [64, 4096]: 16-byte vectors, contiguous: no division
     assert "fuser::load_vec<__bfloat, 8>" in src and "fuser::store_vec<__bfloat, 8>" in src
     assert " / " not in src.split("fuser::load_vec")[1].split(";")[0]
-    bias = _code(CASES[6])  # [33, 127]: 127 is odd, so no vectors
-    assert "load_vec" not in bias and "% i" in bias
+    bias = _code(CASES[6])  # [33, 127]: 127 is odd, so no vectors; 2D: the bias needs no modulo
+    assert "load_vec" not in bias and "%" not in bias and "blockIdx.y" in bias
+    plain = _code(CASES[7])  # cast chain: nothing broadcast, one merged axis (1D)
+    assert "blockIdx.y" not in plain
 
 
 def test_int64_index_type_for_huge_tensors():

@@ -94,8 +94,8 @@ class Kernel:
     params: list[Param]
     body: list[Stmt]
     index_type: str
-    #: C++ expression for the number of blocks (over extent params), evaluated at launch
     threads: int = 1
-    #: the loop axis whose extent, divided by `per_block`, gives the grid
+    #: the extents (Scalars) of the loop axes bound to blockIdx.x and blockIdx.y: the grid
     grid_extent: Any = None
+    grid_extent_y: Any = None
     per_block: int = 1

@@ -191,6 +191,13 @@ class PointwiseLowering:
             matched_start = k
             run += 1
             k -= 1
+        while run and matched_start not in self._suffix_node:
+            # the reference merged no axis over this whole run (2D schedules merge the outer
+            # and inner axes apart): shorten it to a suffix it did merge
+            matched_start += 1
+            run -= 1
+            while run and self.ref.domain.logical[matched_start].is_broadcast:
+                matched_start += 1
         if run:
             # declared contiguous innermost: stride 1, and the merged index walks the run
             terms.append(idx[self._suffix_node[matched_start]])
@@ -225,7 +232,7 @@ class PointwiseLowering:
         lane_var = "v"
         loop_index: dict[IterDomain, str] = {}
         serial: list[tuple[IterDomain, str]] = []  # loops, outermost first
-        block_extent = None
+        block_extent = block_extent_y = None
         threads = 1
         lanes = 1
         for ax in loop:
@@ -233,6 +240,9 @@ class PointwiseLowering:
             if pt is ParallelType.BIDx:
                 loop_index[ax] = "((nvfuser_index_t)blockIdx.x)"
                 block_extent = ax.extent
+            elif pt is ParallelType.BIDy:
+                loop_index[ax] = "((nvfuser_index_t)blockIdx.y)"
+                block_extent_y = ax.extent
             elif pt is ParallelType.TIDx:
                 loop_index[ax] = "((nvfuser_index_t)threadIdx.x)"
                 threads = int(ax.extent.value)
@@ -254,7 +264,7 @@ class PointwiseLowering:
         body: list = []
         if not loop:
             body.append(Comment("no axes: one thread computes the single element"))
-            guard = If("blockIdx.x == 0 && threadIdx.x == 0")
+            guard = If("blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0")
             body.append(guard)
             guard.body.extend(self._stages(loop_index, at_lane0, lanes, "0", "0", per_stage=False))
         elif len(serial) == 1 and preds:
@@ -286,7 +296,7 @@ class PointwiseLowering:
                 nest.extend(inner)
         per_block = threads * lanes * self._unroll()
         return Kernel(self.name, self.params, body, self.index_type, threads=threads,
-                      grid_extent=block_extent, per_block=per_block)
+                      grid_extent=block_extent, grid_extent_y=block_extent_y, per_block=per_block)
 
     def _in_bounds(self, idx_map: dict[IterDomain, str]) -> list[str]:
         """Every outermost split's input index below its extent (a split of a split's output

@@ -52,11 +52,24 @@ def _vectorizable(sub, info: SchedulerRuntimeInfo, ref: TensorView, args: dict[T
             d = logical.index(alloc[-1])
             if x.stride(d) != 1 and x.shape[d] > 1:
                 continue
-            if any(x.stride(k) % 8 and x.shape[k] > 1 for k in range(x.dim()) if k != d and x.stride(k)):
-                # a row stride that is not a multiple of the widest vector can misalign lanes
-                continue
         out.append(tv)
     return out
+
+
+def _stride_alignment(vec: list[TensorView], args: dict[TensorView, Any]) -> int:
+    """The largest power of two (up to 16) dividing every outer stride, in elements, of the
+    vector-accessed inputs: a vector must never straddle a row start."""
+    align = 16
+    for tv in vec:
+        x = args.get(tv)
+        if x is None:
+            continue
+        for k in range(x.dim()):
+            st = x.stride(k)
+            if st > 1 and x.shape[k] > 1:
+                while align > 1 and st % align:
+                    align //= 2
+    return align
 
 
 #: loaded kernels by (source, arch, device): new sizes whose heuristics come out equal
@@ -81,9 +94,10 @@ class PointwiseKernel:
         self.params = params
         self.info = info
         self.compiled = None
-        ext = kernel.grid_extent
-        blocks = info.evaluate(ext) if ext is not None else 1
-        self.grid = (max(int(blocks), 0), 1, 1)
+        bx = info.evaluate(kernel.grid_extent) if kernel.grid_extent is not None else 1
+        by = info.evaluate(kernel.grid_extent_y) if kernel.grid_extent_y is not None else 1
+        # an empty grid (zero elements) launches nothing
+        self.grid = (max(int(bx), 0), max(int(by), 0), 1) if bx and by else (0, 1, 1)
         self.block = (kernel.threads, 1, 1)
         self.format = "".join(p.fmt for p in kernel.params)
         # which params are data pointers (per call) and the values of the rest (per signature)
@@ -188,7 +202,7 @@ def prepare_pointwise(fusion: Fusion, args: Sequence[Any]) -> PointwiseKernel:
     by_tv = {tv: x for tv, x in zip(fusion.inputs, args) if isinstance(tv, TensorView)}
     vec = _vectorizable(sub, info, ref, by_tv)
     total = info.numel(ref)
-    params = pw.heuristics(sub, vec, _inner_extent(info, ref), total)
+    params = pw.heuristics(sub, vec, _inner_extent(info, ref), total, ref, max_vector=_stride_alignment(vec, by_tv))
     pw.schedule(fusion, ref, params)
     kernel = lower_pointwise(fusion, ref, params.vectorize, frozenset(tv.name for tv in vec), params.index_type)
     source = kernel_source(kernel)
