@@ -46,6 +46,16 @@ class NotLowerable(NotImplementedError):
 
 
 _INDEX_FMT = {"int32": "i", "int64": "q"}
+#: integer extent arithmetic as C (ceilDiv spelled out: extents are non-negative)
+_EXTENT_MATH = {
+    BinaryOpType.Add: "({a} + {b})",
+    BinaryOpType.Sub: "({a} - {b})",
+    BinaryOpType.Mul: "({a} * {b})",
+    BinaryOpType.Div: "({a} / {b})",
+    BinaryOpType.CeilDiv: "(({a} + {b} - 1) / {b})",
+    BinaryOpType.Max: "max({a}, {b})",
+    BinaryOpType.Min: "min({a}, {b})",
+}
 _SCALAR_FMT = {1: "b", 2: "h", 4: "i", 8: "q"}
 
 
@@ -95,23 +105,9 @@ class PointwiseLowering:
         d = s.definition
         if d is None:
             return self._param(("extent", s), f"i{s.name}", "nvfuser_index_t", "extent", s, _INDEX_FMT[self.index_type])
-        if isinstance(d, BinaryOp):
+        if isinstance(d, BinaryOp) and d.op_type in _EXTENT_MATH:
             a, b = (self.extent(x) for x in d.inputs)
-            op = d.op_type
-            if op is BinaryOpType.Add:
-                return f"({a} + {b})"
-            if op is BinaryOpType.Sub:
-                return f"({a} - {b})"
-            if op is BinaryOpType.Mul:
-                return f"({a} * {b})"
-            if op is BinaryOpType.Div:
-                return f"({a} / {b})"
-            if op is BinaryOpType.CeilDiv:
-                return f"(({a} + {b} - 1) / {b})"
-            if op is BinaryOpType.Max:
-                return f"max({a}, {b})"
-            if op is BinaryOpType.Min:
-                return f"min({a}, {b})"
+            return _EXTENT_MATH[d.op_type].format(a=a, b=b)
         raise NotLowerable(f"extent {s!r} is computed by {type(d).__name__}")
 
     def scalar(self, s: Val) -> str:
