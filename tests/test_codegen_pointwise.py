@@ -61,3 +61,19 @@ def test_empty_outputs_need_no_kernel():
     case = next(c for c in CASES if c.name.endswith("_empty"))
     with pytest.raises(RuntimeError, match="schedulers: no_op"):
         _code(case)
+
+
+def test_axes_mapped_onto_each_other_are_not_lowered():
+    # x + x.T: the fusion maps x's two axes onto each other, so indexing by axis class
+    # cannot tell them apart; the segment runs on the reference executor instead
+    from fuser.lower.lower import NotLowerable
+    from fuser.runtime.kernels import prepare_pointwise
+
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], contiguity=[True, True])
+        fd.add_output(fd.ops.add(x, fd.ops.permute(x, dims=[1, 0])))
+    with pytest.raises(NotLowerable, match="two axes"):
+        prepare_pointwise(fd.fusion, [torch.empty(4, 4, device="meta")])
+    x = torch.randn(5, 5)
+    (out,) = fd.execute([x])
+    assert torch.allclose(out, x + x.t())

@@ -62,3 +62,32 @@ def test_int64_indexing_past_2_31_elements():
     (out,) = fd.execute([x])
     assert "typedef long long nvfuser_index_t" in fd.last_cuda_code()
     assert torch.equal(out[-10:], ~x[-10:]) and torch.equal(out, ~x)
+
+
+def test_cpu_scalar_tensor_beside_cuda_tensors():
+    # a 0-dim CPU tensor (is_cpu=True) is read on the host: that segment runs on the
+    # reference executor, and the result is still right
+    pytest.importorskip("pycuda")
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], contiguity=[True, True])
+        s = fd.define_tensor(shape=[], contiguity=[], is_cpu=True)
+        fd.add_output(fd.ops.mul(x, s))
+    x = torch.randn(33, 65, device="cuda")
+    s = torch.tensor(2.5)
+    (out,) = fd.execute([x, s])
+    assert out.device.type == "cuda" and torch.allclose(out, x * 2.5)
+
+
+def test_new_sizes_reuse_the_loaded_kernel():
+    pytest.importorskip("pycuda")
+    from fuser.runtime import kernels
+
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], contiguity=[True, True])
+        fd.add_output(fd.ops.exp(x))
+    fd.execute([torch.randn(64, 128, device="cuda")])
+    loaded = len(kernels._loaded)
+    y = torch.randn(96, 256, device="cuda")
+    (out,) = fd.execute([y])  # same heuristics: the same source, so the same loaded module
+    assert len(kernels._loaded) == loaded
+    assert torch.allclose(out, torch.exp(y))

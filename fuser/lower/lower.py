@@ -78,6 +78,15 @@ class PointwiseLowering:
         a = sub.a
         self.ref_logical = [i for i in ref.domain.logical if not i.is_reduction]
         self._ref_by_class = {find(a.id_of(r)): r for r in self.ref_logical}
+        # indexing goes through axis classes: two axes of one tensor in one class (x + x.T on
+        # a square) would read the same coordinate twice
+        for tv in fusion.inputs:
+            if getattr(tv, "is_cpu_scalar", False):
+                raise NotLowerable(f"{tv!r} is a CPU scalar tensor (its value would be read on the host)")
+        for tv in sub.tensors():
+            cls = sub.classes_of(tv)
+            if len(set(cls)) != len(cls):
+                raise NotLowerable(f"{tv!r} has two axes the fusion maps onto each other")
         self._find, self._id_of = find, a.id_of
         self._history = id_exprs_between(ref.domain.logical, ref.domain.loop)
         self._suffix_node = self._suffix_nodes()

@@ -201,7 +201,13 @@ class ReferenceExecutor:
     # --- values -------------------------------------------------------------------------
     def bind(self, binding: Binding) -> None:
         """Bind the fusion's inputs and their symbolic extents from a validated Binding."""
-        self.env.update(zip(self.fusion.inputs, binding.tensors))
+        values = binding.tensors
+        if self.device.type != "cpu":
+            # a CPU scalar tensor (is_cpu=True) beside device tensors: some torch ops (where,
+            # clamp, ...) refuse to mix devices, so it joins the device as a 0-dim tensor
+            values = [x.to(self.device) if isinstance(x, torch.Tensor) and x.dim() == 0 and x.device.type == "cpu"
+                      else x for x in values]
+        self.env.update(zip(self.fusion.inputs, values))
         self.env.update(binding.extents)
 
     def value(self, v: Val) -> Any:
