@@ -98,4 +98,3 @@ class Kernel:
     #: the extents (Scalars) of the loop axes bound to blockIdx.x and blockIdx.y: the grid
     grid_extent: Any = None
     grid_extent_y: Any = None
-    per_block: int = 1

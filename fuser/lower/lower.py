@@ -32,7 +32,7 @@ from fuser.ir import (
     TernaryOp,
     UnaryOp,
     Val,
-    WelfordOp,
+
 )
 from fuser.ir.exprs import BinaryOpType, TernaryOpType
 from fuser.ir.transforms import id_exprs_between
@@ -299,9 +299,8 @@ class PointwiseLowering:
             nest.append(If(" && ".join(preds), inner) if preds else Comment("every index in bounds"))
             if not preds:
                 nest.extend(inner)
-        per_block = threads * lanes * self._unroll()
         return Kernel(self.name, self.params, body, self.index_type, threads=threads,
-                      grid_extent=block_extent, grid_extent_y=block_extent_y, per_block=per_block)
+                      grid_extent=block_extent, grid_extent_y=block_extent_y)
 
     def _in_bounds(self, idx_map: dict[IterDomain, str]) -> list[str]:
         """Every outermost split's input index below its extent (a split of a split's output
@@ -390,13 +389,6 @@ class PointwiseLowering:
             return [For("v", str(self.lanes), stmts, unroll=True, ctype="int")]
         return stmts
 
-    def _unroll(self) -> int:
-        u = 1
-        for ax in self.ref.domain.loop:
-            if ax.parallel_type in (ParallelType.Unroll, ParallelType.Serial) and ax.extent.is_const:
-                u *= int(ax.extent.value)
-        return u
-
     def _redundant_guard(self, out: TensorView, idx: dict[IterDomain, str]) -> str:
         """Outputs lacking some reference axis are written by the threads at index 0 of it."""
         have = {self.ref_axis(i) for i in out.logical_no_reductions()}
@@ -418,7 +410,7 @@ class PointwiseLowering:
             return None
         if isinstance(e, LoadStoreOp):
             return None if e.inputs[0].dtype == out.dtype else cops.emit_cast(operand(e.inputs[0]), e.inputs[0].dtype, out.dtype)
-        if isinstance(e, (ReductionOp, WelfordOp)) and is_trivial_reduction(e) and isinstance(e, ReductionOp):
+        if isinstance(e, ReductionOp) and is_trivial_reduction(e):  # a squeeze in all but name
             x = e.inputs[0]
             return cops.emit_cast(operand(x), x.dtype, out.dtype) if x.dtype != out.dtype else None
         if isinstance(e, FullOp):

@@ -123,15 +123,11 @@ def _as_declared(x: Any, tv: Val) -> Any:
     expanded = [d for d, i in enumerate(ids) if i.has_expanded_extent]
     if not expanded:
         return x if x.is_contiguous() else x.contiguous()
-    if all(x.stride(d) == 0 or x.shape[d] <= 1 for d in expanded):
-        base = x
-        for d in expanded:
-            base = base.narrow(d, 0, min(1, x.shape[d]))
-        if base.is_contiguous():
-            return x
     base = x
     for d in expanded:
         base = base.narrow(d, 0, min(1, x.shape[d]))
+    if base.is_contiguous() and all(x.stride(d) == 0 or x.shape[d] <= 1 for d in expanded):
+        return x
     return base.contiguous().expand(x.shape)
 
 
