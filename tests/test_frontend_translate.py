@@ -532,39 +532,13 @@ def test_translation_prints_the_ops():
 
 # --- seed 003: the segments -------------------------------------------------------------------------
 
-FIRST_SEGMENT = """\
-def nvfuser_fusion_id2(fd : FusionDefinition) -> None :
-   T0 = fd.define_tensor(shape=[-1, -1],
-                         contiguity=[True, True],
-                         dtype=DataType.Float,
-                         is_cpu=False)
-   T1 = fd.ops.sum(T0, dims=[1], keepdim=False, dtype=DataType.Float)
-   T2 = fd.ops.broadcast(T1, is_broadcast_dim=[False, True])
-   fd.add_output(T2)
-"""
-
-SECOND_SEGMENT = """\
-def nvfuser_fusion_id3(fd : FusionDefinition) -> None :
-   T0 = fd.define_tensor(shape=[-1, -1],
-                         contiguity=[True, True],
-                         dtype=DataType.Float,
-                         is_cpu=False)
-   T1 = fd.define_tensor(shape=[-1, 1],
-                         contiguity=[True, None],
-                         dtype=DataType.Float,
-                         is_cpu=False)
-   T2 = fd.ops.add(T0, T1)
-   fd.add_output(T2)
-"""
+# the report's texts live with the seed-003 frontend tests
+from test_frontend_seed003 import FIRST_SEGMENT, ORIGINAL, SECOND_SEGMENT  # noqa: E402
+from test_frontend_seed003 import _define as _define_text  # noqa: E402
 
 
 def _seed003_segments():
-    import test_frontend_seed003 as seed003
-
-    namespace = {"FusionDefinition": FusionDefinition, "DataType": DataType}
-    exec(seed003.ORIGINAL, namespace)
-    with FusionDefinition() as fd:
-        namespace["nvfuser_fusion_id1"](fd)
+    fd = _define_text(ORIGINAL, "nvfuser_fusion_id1")
     fusion = fd.fusion
     s, b, a = fusion.exprs()  # sum, broadcast, add
     t0, t1 = fusion.inputs
@@ -574,10 +548,6 @@ def _seed003_segments():
 
 
 def test_seed003_segments_translate_to_the_report():
-    import test_frontend_seed003 as seed003
-
-    assert _normalise(seed003.FIRST_SEGMENT) == _normalise(FIRST_SEGMENT)
-    assert _normalise(seed003.SECOND_SEGMENT) == _normalise(SECOND_SEGMENT)
     fd, (first, _), (second, _) = _seed003_segments()
     one, smap1 = definition_from_fusion(first)
     two, smap2 = definition_from_fusion(second)
