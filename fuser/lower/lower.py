@@ -36,7 +36,7 @@ from fuser.ir import (
 )
 from fuser.ir.exprs import BinaryOpType, TernaryOpType
 from fuser.ir.transforms import id_exprs_between
-from fuser.scheduler.analysis import FusionAnalysis, is_trivial_reduction
+from fuser.scheduler.analysis import FusionAnalysis, SubFusion, is_trivial_reduction
 
 from .kir import Assign, Comment, Decl, For, If, Kernel, Param, VecLoad, VecStore
 
@@ -63,7 +63,7 @@ class PointwiseLowering:
     """Builds the kernel IR of one scheduled pointwise fusion."""
 
     def __init__(self, fusion: Fusion, ref: TensorView, vectorize: int, vector_tensors: frozenset[int],
-                 index_type: str, name: str = "fuser_pointwise") -> None:
+                 index_type: str, name: str = "fuser_pointwise", sub: SubFusion | None = None) -> None:
         self.fusion = fusion
         self.ref = ref
         self.V = vectorize
@@ -72,7 +72,7 @@ class PointwiseLowering:
         self.name = name
         self.params: list[Param] = []
         self._param_of: dict[Any, str] = {}
-        sub = FusionAnalysis(fusion).whole()
+        sub = sub if sub is not None else FusionAnalysis(fusion).whole()
         self.sub = sub
         find = sub.uf.find
         a = sub.a
@@ -435,6 +435,7 @@ def _index_dtype(index_type: str):
 
 
 def lower_pointwise(fusion: Fusion, ref: TensorView, vectorize: int, vector_tensors: frozenset[int],
-                    index_type: str, name: str = "fuser_pointwise") -> Kernel:
-    """Kernel IR for a pointwise fusion scheduled from `ref`."""
-    return PointwiseLowering(fusion, ref, vectorize, vector_tensors, index_type, name).lower()
+                    index_type: str, sub: SubFusion | None = None, name: str = "fuser_pointwise") -> Kernel:
+    """Kernel IR for a pointwise fusion scheduled from `ref` (`sub`: the fusion's analysis,
+    when the caller has one)."""
+    return PointwiseLowering(fusion, ref, vectorize, vector_tensors, index_type, name, sub).lower()

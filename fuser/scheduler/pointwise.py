@@ -139,10 +139,11 @@ def heuristics(sub: SubFusion, vectorizable: list[TensorView], inner_extent: int
     return PointwiseParams(width, 1, threads, info.index_type, bp)
 
 
-def schedule(fusion: Fusion, ref: TensorView, params: PointwiseParams) -> None:
+def schedule(fusion: Fusion, ref: TensorView, params: PointwiseParams, sub: SubFusion | None = None) -> None:
     """Schedule the reference: merge all axes innermost-first (so every suffix of axes is
     one merged axis: contiguous tensors index it directly), then split into
-    [blocks, unroll, threads, vector] and bind them."""
+    [blocks, unroll, threads, vector] and bind them. `sub`: the whole fusion's analysis,
+    when the caller has one."""
     from fuser.transform import merge, parallelize, split
 
     n = len(ref.domain.loop)
@@ -161,7 +162,7 @@ def schedule(fusion: Fusion, ref: TensorView, params: PointwiseParams) -> None:
         parallelize(ref, 1, ParallelType.BIDx)
         parallelize(ref, 2, ParallelType.TIDx)
         parallelize(ref, 3, ParallelType.Vectorize)
-        _propagate(fusion, ref)
+        _propagate(fusion, ref, sub)
         return
     for k in range(n - 2, -1, -1):
         merge(ref, k, k + 1)
@@ -174,15 +175,15 @@ def schedule(fusion: Fusion, ref: TensorView, params: PointwiseParams) -> None:
     parallelize(ref, 1, ParallelType.Unroll)
     parallelize(ref, 2, ParallelType.TIDx)
     parallelize(ref, 3, ParallelType.Vectorize)
-    _propagate(fusion, ref)
+    _propagate(fusion, ref, sub)
 
 
-def _propagate(fusion: Fusion, ref: TensorView) -> None:
+def _propagate(fusion: Fusion, ref: TensorView, sub: SubFusion | None) -> None:
     """Give every other tensor the reference's loop structure (axes paired through the
     segment's axis classes) and inline everything into the one loop nest."""
     from fuser.transform import ReplayError, inline_most, propagate
 
-    sub = FusionAnalysis(fusion).whole()
+    sub = sub if sub is not None else FusionAnalysis(fusion).whole()
     find, id_of = sub.uf.find, sub.a.id_of
     ref_ids = [i for i in ref.domain.logical if not i.is_reduction]
     by_class: dict[int, object] = {}

@@ -237,9 +237,8 @@ class _Segmenter:
                     home[v] = pi
         subs = [a.sub(ks) for ks in full]
         reads: list[list[TensorView]] = [s.inputs for s in subs]
-        needed: set[Any] = set(fusion.outputs)
-        for r in reads:
-            needed.update(r)
+        # a group never reads what it computes, so anything read is another group's output
+        read_anywhere: set[Any] = set().union(*reads) if reads else set()
         # order the groups: producer -> consumer through the tensors they pass
         n = len(protos)
         succ = [sorted({pi for v in reads[ci] for pi in [home.get(v)] if pi is not None and pi != ci}) for ci in range(n)]
@@ -267,8 +266,7 @@ class _Segmenter:
                     raise _Unschedulable(f"group of {len(sub.exprs)} exprs is unschedulable ({why})")
             owned_exprs = [a.exprs[k] for k in sorted(p.owned)]
             produced_owned = {v for e in owned_exprs for v in e.outputs}
-            outputs = sorted((v for v in sub.produced if v in produced_owned and v in needed and
-                              (v in a.outputs or any(home.get(v) == pi and v in reads[c] for c in range(n) if c != pi))),
+            outputs = sorted((v for v in sub.produced if v in produced_owned and (v in a.outputs or v in read_anywhere)),
                              key=lambda v: v.name)
             tensor_inputs = sorted(sub.inputs, key=lambda v: v.name)
             inputs = tensor_inputs + scalar_inputs_used(fusion, sub.exprs, sub.tensors(), tensor_inputs)
