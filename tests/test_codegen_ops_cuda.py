@@ -46,7 +46,7 @@ _COMPLEX_EXACT = {
     BinaryOpType.Add, BinaryOpType.Sub, BinaryOpType.Eq, BinaryOpType.Ne, BinaryOpType.LogicalAnd,
     BinaryOpType.LogicalOr, TernaryOpType.Where,
 }
-_INT_DIVISIONS = {BinaryOpType.Mod, BinaryOpType.Fmod, BinaryOpType.Remainder}
+_INT_DIVISIONS = {BinaryOpType.Div, BinaryOpType.Mod, BinaryOpType.Fmod, BinaryOpType.Remainder}
 
 _FLOAT_SPECIALS = [
     float("nan"), float("inf"), float("-inf"), 0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 1.5, 2.5, -2.5, 3.5, 1e30, -1e30,

@@ -87,7 +87,7 @@ def test_bad_dims(fd, op, call, pattern):
 
 @pytest.mark.parametrize(
     "call",
-    [lambda fd: fd.ops.sum(fd.t0, dims="x"), lambda fd: fd.ops.sum(fd.t0, dims=[0.5]), lambda fd: fd.ops.sum(fd.t0, dims=None)],
+    [lambda fd: fd.ops.sum(fd.t0, dims="x"), lambda fd: fd.ops.sum(fd.t0, dims=[0.5]), lambda fd: fd.ops.sum(fd.t0, dims=[None])],
 )
 def test_dims_must_be_ints(fd, call):
     with _raises(TypeError, r"fd\.ops\.sum", "dims"):
@@ -260,7 +260,7 @@ def test_from_pytorch_needs_a_tensor(fd):
 
 # --- outputs ----------------------------------------------------------------------------------
 def test_bad_add_output(fd):
-    with _raises(TypeError, r"fd\.add_output", "value"):
+    with _raises(TypeError, r"fd\.add_output", "output"):
         fd.add_output(torch.ones(2))
     with _raises(ValueError, r"fd\.add_output", "alias_input", "not a fusion input"):
         fd.add_output(fd.ops.neg(fd.t0), alias_input=fd.ops.neg(fd.t0))

@@ -170,9 +170,9 @@ def test_fusion_ir_is_stable_and_unchanged_by_execute():
         (0.1, "0.100000"),
         (1e-20, "1.00000e-20"),
         (-0.0, "-0.00000"),
-        (float("inf"), "float('inf')"),
-        (float("-inf"), "float('-inf')"),
-        (float("nan"), "float('nan')"),
+        (float("inf"), 'float("inf")'),
+        (float("-inf"), 'float("-inf")'),
+        (float("nan"), 'float("nan")'),
     ],
 )
 def test_float_spelling(x, text):
@@ -190,7 +190,10 @@ def test_repro_format_matches_the_seeds():
                               is_cpu=False, stride_order=[2, 1, 0])
         T1 = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float, is_cpu=False)
         T2 = fd.ops.cast(T0, dtype=DataType.Float)
-        V6 = fd.define_vector([56, 1024, 1], dtype=DataType.Int)
+        S3 = fd.define_scalar(56, dtype=DataType.Int)
+        S4 = fd.define_scalar(1024, dtype=DataType.Int)
+        S5 = fd.define_scalar(1, dtype=DataType.Int)
+        V6 = fd.define_vector([S3, S4, S5], dtype=DataType.Int)
         T7 = fd.ops.broadcast_in_dim(T1, shape=V6, broadcast_dims=[0, 1])
         T8 = fd.ops.sub(T2, T7)
         T9 = fd.ops.sum(T8, dims=[1], keepdim=False, dtype=DataType.Null)
@@ -205,7 +208,8 @@ def test_repro_format_matches_the_seeds():
         fd.add_output(T9)
 
     fd = _define(build)
-    expected = f"""\
+    # nvFuser's layout: a newline first, a blank line last (tools split on these lines)
+    expected = f"""
 def nvfuser_fusion_id{fd.id()}(fd : FusionDefinition) -> None :
     T0 = fd.define_tensor(shape=[-1, -1, -1], contiguity=[True, True, True], dtype=DataType.BFloat16, is_cpu=False, stride_order=[2, 1, 0])
     T1 = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float, is_cpu=False)
@@ -226,6 +230,7 @@ def nvfuser_fusion_id{fd.id()}(fd : FusionDefinition) -> None :
     T16 = fd.ops.cast(T15, dtype=DataType.BFloat16)
     fd.add_output(T16)
     fd.add_output(T9)
+
 """
     assert str(fd) == expected
     assert repr(fd) == expected
@@ -248,8 +253,9 @@ def test_repro_format_of_shape_ops_and_multi_outputs():
     text = str(_define(build))
     assert "    T1, T2 = fd.ops.var_mean(T0, dims=[1], correction=0, keepdim=False)\n" in text
     assert "    T3, T4, T5 = fd.ops.welford(T0, dims=[0])\n" in text
-    assert "    S6 = fd.define_scalar(-1, dtype=DataType.Int)\n    V7 = fd.define_vector([S6], dtype=DataType.Int)\n" in text
-    assert "    T8 = fd.ops.reshape(T0, new_shape=V7)\n" in text
+    # a shape list is an inline vector of inline constants: no lines of its own
+    assert "    T8 = fd.ops.reshape(T0, new_shape=[-1])\n" in text
+    assert "S6 =" not in text and "V7 =" not in text
     assert "    T9 = fd.ops.permute(T0, dims=[1, 0])\n" in text
     assert "    T10 = fd.ops.broadcast(T2, is_broadcast_dim=[False, True])\n" in text
     assert "    T11 = fd.ops.squeeze(T10, dims=[1], squeeze_expanded=False)\n" in text

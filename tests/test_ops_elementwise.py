@@ -69,8 +69,20 @@ def _logical_right_shift(a, b):
     return torch.from_numpy(np.ascontiguousarray(r).view(a.numpy().dtype)).reshape(a.shape)
 
 
+def _nv_div(a, b):
+    """nvFuser's div: integer operands divide truncating toward zero, as in C (bool ones
+    are refused); floating and complex ones divide truly."""
+    tensors = [x for x in (a, b) if isinstance(x, torch.Tensor)]
+    dt = torch.result_type(a, b) if tensors else torch.result_type(torch.tensor(a), b)
+    if dt == torch.bool:
+        raise RuntimeError("div is not defined for bool operands")
+    if dt.is_floating_point or dt.is_complex:
+        return torch.true_divide(a, b)
+    return torch.div(a, b, rounding_mode="trunc")
+
+
 BINARY = {
-    "add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.true_divide,
+    "add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": _nv_div,
     "truediv": torch.true_divide, "mod": torch.fmod, "remainder": torch.remainder, "fmod": torch.fmod,
     "pow": torch.pow, "atan2": torch.atan2, "maximum": torch.maximum, "minimum": torch.minimum,
     "eq": torch.eq, "ne": torch.ne, "lt": torch.lt, "le": torch.le, "gt": torch.gt, "ge": torch.ge,
@@ -281,14 +293,17 @@ def test_binary_scalar_input(name, dtype, sdtype):
 
 
 def test_binary_semantics():
-    """The decided semantics: true division, mod = fmod (sign of the dividend),
-    remainder = Python's (sign of the divisor), maximum/minimum propagate NaN."""
+    """nvFuser's semantics: integer div truncates toward zero (C), truediv gives floats,
+    mod = fmod (sign of the dividend), remainder = Python's (sign of the divisor),
+    maximum/minimum propagate NaN."""
     a = torch.tensor([-7, 7, -7, 7, 5, -6], dtype=torch.int64)
     b = torch.tensor([3, -3, -3, 3, 2, 4], dtype=torch.int64)
-    div, mod, rem, fmod = fusion(
-        lambda fd, x, y: [fd.ops.div(x, y), fd.ops.mod(x, y), fd.ops.remainder(x, y), fd.ops.fmod(x, y)], [a, b]
+    div, tdiv, mod, rem, fmod = fusion(
+        lambda fd, x, y: [fd.ops.div(x, y), fd.ops.truediv(x, y), fd.ops.mod(x, y), fd.ops.remainder(x, y),
+                          fd.ops.fmod(x, y)], [a, b]
     )
-    check(div, torch.tensor([-7 / 3, -7 / 3, 7 / 3, 7 / 3, 2.5, -1.5], dtype=torch.float32))
+    check(div, torch.tensor([-2, -2, 2, 2, 2, -1]))
+    check(tdiv, torch.tensor([-7 / 3, -7 / 3, 7 / 3, 7 / 3, 2.5, -1.5], dtype=torch.float32))
     check(mod, torch.tensor([-1, 1, -1, 1, 1, -2]))
     check(rem, torch.tensor([2, -2, -1, 1, 1, 2]))
     check(fmod, torch.tensor([-1, 1, -1, 1, 1, -2]))
@@ -368,10 +383,12 @@ def test_where(dtype):
 
 
 def test_where_scalars_only_operands():
+    """Two numbers into a tensor take the numbers' dtype (nvFuser): a Python float is
+    Double, so where(cond, 1.5, -2) is a float64 tensor (PyTorch would give float32)."""
     cond = rand((5,), DataType.Bool)
-    for x, y in ((1, 2), (1.5, -2), (True, False), (3, 0.25)):
+    for x, y, dt in ((1, 2, torch.int64), (1.5, -2, torch.float64), (True, False, torch.bool), (3, 0.25, torch.float64)):
         (out,) = fusion(lambda fd, c: fd.ops.where(c, x, y), [cond])
-        check(out, torch.where(cond, x, y), f"where(cond, {x!r}, {y!r})")
+        check(out, torch.where(cond, torch.tensor(x), torch.tensor(y)).to(dt), f"where(cond, {x!r}, {y!r})")
 
 
 @pytest.mark.parametrize("dtype", [DataType.Int32, DataType.Int, DataType.Float, DataType.Half], ids=ids)
@@ -537,7 +554,8 @@ _OPERATORS = {
     ">": lambda a, b: a > b, ">=": lambda a, b: a >= b,
 }
 _REFLECTED = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le"}
-_OP_NAMES = {"+": "add", "-": "sub", "*": "mul", "/": "div", "%": "remainder", "**": "pow",
+# nvFuser's operators: `/` is its truncating div, `%` its mod (C's fmod: the dividend's sign)
+_OP_NAMES = {"+": "add", "-": "sub", "*": "mul", "/": "div", "%": "mod", "**": "pow",
              "&": "bitwise_and", "|": "bitwise_or", "^": "bitwise_xor", "<<": "bitwise_left_shift",
              ">>": "bitwise_right_shift", "==": "eq", "!=": "ne", "<": "lt", "<=": "le", ">": "gt", ">=": "ge"}
 
@@ -546,7 +564,8 @@ _OP_NAMES = {"+": "add", "-": "sub", "*": "mul", "/": "div", "%": "remainder", "
                                    DataType.Double, DataType.ComplexFloat], ids=ids)
 @pytest.mark.parametrize("sym", list(_OPERATORS))
 def test_python_operators(sym, dtype):
-    """t OP t, t OP number and number OP t behave as the same operators on torch tensors."""
+    """t OP t, t OP number and number OP t behave as nvFuser's operators: as torch's, but
+    `/` is nvFuser's div (integers truncate) and `%` its mod (torch.fmod)."""
     op, name = _OPERATORS[sym], _OP_NAMES[sym]
     a = _lhs(name, (3, 5), dtype)
     b = _rhs(name, (3, 5), dtype)
@@ -558,8 +577,9 @@ def test_python_operators(sym, dtype):
     ):
         if what.startswith(f"{number} ") and sym in ("<<", ">>"):
             continue  # a number shifted by a tensor: neither torch nor fuser define __rlshift__
+        ref = {"/": _nv_div, "%": torch.fmod}.get(sym, op)
         try:
-            want = expect(op, *torch_args)
+            want = expect(ref, *torch_args)
         except TorchRejects:
             # `3 < t` is evaluated as `t > 3`, in torch and in fuser
             reflected = _REFLECTED.get(name, name) if what.startswith(f"{number} ") else name
@@ -595,17 +615,18 @@ def test_python_operators_with_scalar_handles():
         fd.add_output(s ** t)
     out = execute(fd, [x, 1.25])
     check(out[0], (x + 2.5) * 1.25 - x / 1.25)
-    check(out[1], (-x) % 2.5)
+    check(out[1], torch.fmod(-x, 2.5))  # nvFuser's %: mod
     check(out[2], torch.pow(1.25, x))
 
 
-def test_remainder_operator_is_python_style():
+def test_percent_operator_is_nvfusers_mod():
+    """`%` on fusion values is nvFuser's mod: C's fmod, the sign of the dividend."""
     a, b = torch.tensor([-7, 7, -7, 7]), torch.tensor([3, -3, -3, 3])
     (out,) = fusion(lambda fd, x, y: x % y, [a, b])
-    check(out, torch.tensor([2, -2, -1, 1]))
+    check(out, torch.tensor([-1, 1, -1, 1]))
     x = torch.tensor([-7.5, 7.5])
     (out,) = fusion(lambda fd, t: t % 2, [x])
-    check(out, torch.tensor([0.5, 1.5]))
+    check(out, torch.tensor([-1.5, 1.5]))
 
 
 # --- scalar-only arithmetic ----------------------------------------------------------------------
@@ -695,7 +716,8 @@ def test_scalar_binary(name, lhs, rhs):
 
 
 def test_scalar_semantics():
-    """Scalar div is true division, mod is fmod, remainder is Python's, % on scalars too."""
+    """nvFuser's on scalars: Int div truncates, truediv gives a float, mod is fmod,
+    remainder is Python's, `%` is mod and `/` is div."""
     with FusionDefinition() as fd:
         a, b = fd.define_scalar(-7), fd.define_scalar(2)
         fd.add_output(fd.ops.div(a, b))
@@ -703,10 +725,11 @@ def test_scalar_semantics():
         fd.add_output(fd.ops.remainder(a, b))
         fd.add_output(a % b)
         fd.add_output(a / b)
-    div, mod, rem, pct, slash = (scalar_value(v) for v in execute(fd, []))
-    assert isinstance(div, float) and div == -3.5
-    assert (mod, rem, pct) == (-1, 1, 1)
-    assert slash == -3.5
+        fd.add_output(fd.ops.truediv(a, b))
+    div, mod, rem, pct, slash, tdiv = (scalar_value(v) for v in execute(fd, []))
+    assert isinstance(div, int) and div == -3
+    assert (mod, rem, pct) == (-1, 1, -1)
+    assert slash == -3 and isinstance(tdiv, float) and tdiv == -3.5
 
 
 def test_scalar_cast():

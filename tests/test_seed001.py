@@ -51,7 +51,7 @@ def test_fusion_ir_shows_expanded_broadcasts(seed):
 def test_printed_definition_reexecutes_to_the_same_results(seed):
     fd, inputs, outs = seed
     text = str(fd)
-    assert text.startswith(f"def nvfuser_fusion_id{fd.id()}(fd : FusionDefinition) -> None :")
+    assert text.startswith(f"\ndef nvfuser_fusion_id{fd.id()}(fd : FusionDefinition) -> None :\n")
     assert "    T12 = fd.ops.broadcast_in_dim(T4, shape=V11, broadcast_dims=[0, 1])" in text
     assert "    S100 = fd.define_scalar(0.000976562, dtype=DataType.Double)" in text
     namespace = {"FusionDefinition": FusionDefinition, "DataType": DataType}

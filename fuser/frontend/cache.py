@@ -21,6 +21,9 @@ class CachedFusion:
     executors: dict = field(default_factory=dict)
     #: the runner the last execute used (for last_cuda_code / last_scheduled_fusion_ir)
     last_runner: Any = None
+    #: per returned output: ("out", k) the runtime's k-th result, ("input", k) the k-th input
+    #: (an output also written into that input); set by the first definition
+    output_plan: list | None = None
 
 
 class FusionCache:

@@ -1,11 +1,15 @@
 """FusionDefinition: nvFuser's Python API for describing, caching and running a fusion."""
 from __future__ import annotations
 
+import contextlib
+import io
 import sys
+import time
 from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
 
+from fuser.errors import DefinitionError, DefinitionTypeError, nvfuser_style
 from fuser.ir import DataType, Fusion, IterDomain, IterType, TensorDomain, TensorView
 from fuser.ir import Scalar as IrScalar
 from fuser.ir.dtype import from_torch, python_scalar_dtype
@@ -40,6 +44,29 @@ class FusionDefinition:
         self._max_length = max_length
         self.segment_index_space_maps: dict = {}
         self._segments: list["FusionDefinition"] | None = None
+        #: per add_output call that returns a value: its IR output (an alias points at an input)
+        self._visible: list[Any] = []
+        #: the CUDA device factories run on when no input says (Thunder sets it before defining)
+        self._selected_device: int | None = None
+        self.profiled = False
+        self._profile: Any = None
+        self._debug_output: str | None = None
+        #: fake copies of the last inputs executed with save_repro_inputs=True
+        self.fake_inputs: list[Any] | None = None
+        if id is not None:
+            self._load_cached(id)
+
+    def _load_cached(self, fusion_id: int) -> None:
+        """Become the cached definition with id `fusion_id` (nvFuser's FusionDefinition(id))."""
+        cache = FusionCache.get()
+        if not isinstance(fusion_id, int) or isinstance(fusion_id, bool) or not 0 <= fusion_id < cache.num_fusions():
+            raise DefinitionError(
+                f"FusionDefinition(id={fusion_id!r}): no cached fusion has that id (the cache holds {cache.num_fusions()})"
+            )
+        self._entry = cache.fusion(fusion_id)
+        self._records = list(self._entry.records)
+        self._fusion = self._entry.fusion
+        self._state_vals = self._entry.state_vals
 
     # --- definition lifecycle -------------------------------------------------------------
     def __enter__(self) -> "FusionDefinition":
@@ -52,18 +79,21 @@ class FusionDefinition:
         else:
             self._open = False
 
-    def _setup_definition(self) -> None:
+    def _setup_definition(self) -> "FusionDefinition":
         if self._entry is not None:
             raise RuntimeError("this FusionDefinition is already defined; create a new one to define another fusion")
         self._fusion = Fusion()
-        self._records, self._state_vals = [], []
+        self._records, self._state_vals, self._visible = [], [], []
         self._open = True
+        return self
 
     def _finalize_definition(self) -> None:
         self._open = False
         if not self._fusion.outputs:
-            raise ValueError("the fusion definition has no outputs: call fd.add_output(...)")
+            raise DefinitionError("the fusion definition has no outputs: call fd.add_output(...)")
         self._entry = FusionCache.get()._lookup_or_add(self._records, self._fusion, self._state_vals)
+        if self._entry.output_plan is None:
+            self._entry.output_plan = _output_plan(self._fusion, self._visible)
         # a cache hit shares the first definition's IR (and its compiled kernels)
         self._fusion = self._entry.fusion
         self._state_vals = self._entry.state_vals
@@ -71,17 +101,21 @@ class FusionDefinition:
             dump("fusion_ir", self.fusion_ir())
 
     def definition(self) -> None:
-        """Subclasses override this to build the fusion with `self.ops`."""
-        raise NotImplementedError("define the fusion in a `with FusionDefinition() as fd:` block or override definition()")
+        """Subclasses override this to build the fusion with `self.ops` (nvFuser's hook)."""
+        raise NotImplementedError("definition() should be implemented by child class!")
 
     def _ensure_defined(self) -> None:
+        """Define a definition not defined yet by running `definition()` (NotImplementedError
+        for a plain FusionDefinition that was never defined, as nvFuser raises)."""
         if self._entry is None:
             if self._open:
                 raise RuntimeError("the fusion definition is still open: leave the `with` block before executing")
-            if type(self).definition is FusionDefinition.definition:
-                raise RuntimeError("this FusionDefinition has no definition yet")
             self._setup_definition()
-            self.definition()
+            try:
+                self.definition()
+            except BaseException:
+                self._open = False
+                raise
             self._finalize_definition()
 
     # --- states -----------------------------------------------------------------------------
@@ -99,16 +133,18 @@ class FusionDefinition:
             return Vector(self, index)
         return Scalar(self, index)
 
-    def _record(self, name: str, args: Sequence[Any], kwargs: Sequence[tuple[str, Any]], outputs: Sequence[_State]) -> None:
+    def _record(self, name: str, args: Sequence[Any], kwargs: Sequence[tuple[str, Any]], outputs: Sequence[_State],
+                inline: bool = False) -> None:
         if len(self._records) >= self._max_length:
             raise RuntimeError(f"the fusion definition exceeds max_length={self._max_length} records")
         self._records.append(
-            Record(name, tuple(_to_ref(a) for a in args), tuple((k, _to_ref(v)) for k, v in kwargs), tuple(o.ref for o in outputs))
+            Record(name, tuple(_to_ref(a) for a in args), tuple((k, _to_ref(v)) for k, v in kwargs),
+                   tuple(o.ref for o in outputs), inline)
         )
 
     def _own(self, x: _State, what: str) -> _State:
         if x.fd is not self:
-            raise ValueError(f"{what}: {x!r} belongs to another FusionDefinition")
+            raise DefinitionError(f"{what}: {x!r} belongs to another FusionDefinition")
         self._check_open(what)
         return x
 
@@ -119,19 +155,45 @@ class FusionDefinition:
         if isinstance(x, _NUMBER):
             return self.define_scalar(x)
         if isinstance(x, torch.Tensor):
-            raise TypeError(f"{what} is a torch.Tensor; define fusion inputs with fd.define_tensor or fd.from_pytorch")
-        raise TypeError(f"{what} must be a Tensor, Scalar or number, got {type(x).__name__}")
+            raise DefinitionTypeError(f"{what} is a torch.Tensor; define fusion inputs with fd.define_tensor or fd.from_pytorch")
+        raise DefinitionTypeError(f"{what} must be a Tensor, Scalar or number, got {type(x).__name__}")
 
     def _ir_operand(self, x: Any, what: str) -> Any:
         return self._as_state(x, what).val
 
-    def _as_vector(self, shape: Any, what: str) -> Vector:
-        """A Vector handle for a shape argument: a Vector, or a list of ints and Scalars."""
+    def _shape_vector(self, shape: Any, what: str, shape_check: bool = True) -> Vector:
+        """A Vector for a shape-like argument: a Vector itself, or a list/tuple of ints and
+        Scalars made an inline vector (its ints inline constants), as nvFuser records it."""
         if isinstance(shape, Vector):
             return self._own(shape, what)
         if isinstance(shape, Tensor) or not isinstance(shape, (list, tuple)):
-            raise TypeError(f"{what} must be a list of ints/Scalars or a Vector, got {type(shape).__name__}")
-        return self.define_vector(list(shape))
+            raise DefinitionTypeError(f"{what} must be a list of ints/Scalars or a Vector, got {type(shape).__name__}")
+        return self._vector_of(self._vector_items(shape, what, shape_check), inline=True)
+
+    def _vector_items(self, values: Sequence[Any], what: str, shape_check: bool) -> list[Scalar]:
+        items = []
+        for k, v in enumerate(values):
+            if isinstance(v, Scalar):
+                self._own(v, f"{what}[{k}]")
+                if not v.dtype.is_integral:
+                    raise DefinitionTypeError(f"{what}[{k}] has dtype {v.dtype}; a shape needs integers")
+                items.append(v)
+            elif isinstance(v, int) and not isinstance(v, bool):
+                if shape_check and v < -1:
+                    raise DefinitionError(f"{what}[{k}] is {v}; entries must be -1 (symbolic), 0, 1 (broadcast) or sizes")
+                items.append(self._inline_scalar(v))
+            else:
+                raise DefinitionTypeError(f"{what}[{k}] must be an int or a Scalar, got {v!r}")
+        return items
+
+    def _inline_scalar(self, value: int) -> Scalar:
+        """An Int constant nvFuser defines inline: printed as its value where it is read."""
+        return self._define_scalar(value, DataType.Int, inline=True)
+
+    def _vector_of(self, scalars: Sequence[Scalar], inline: bool, dtype: DataType = DataType.Int) -> Vector:
+        handle = self._new_state([s.val for s in scalars])
+        self._record("define_vector", (list(scalars),), (("dtype", dtype),), (handle,), inline=inline)
+        return handle
 
     def _record_vector_result(self, name: str, args: Sequence[Any], kwargs: Sequence, scalars: list) -> Vector:
         vec = self._new_state(list(scalars))
@@ -155,27 +217,27 @@ class FusionDefinition:
         dim (None for broadcast); `stride_order[i]` is dim i's memory rank (highest outermost)."""
         self._check_open("fd.define_tensor")
         if not isinstance(dtype, DataType) or dtype is DataType.Null:
-            raise TypeError(f"fd.define_tensor: dtype must be a DataType other than Null, got {dtype!r}")
+            raise DefinitionTypeError(f"fd.define_tensor: dtype must be a DataType other than Null, got {dtype!r}")
         if sizes is not None:
             if shape is not None:
-                raise TypeError("fd.define_tensor: pass either shape or sizes/strides, not both")
+                raise DefinitionTypeError("fd.define_tensor: pass either shape or sizes/strides, not both")
             if strides is None or len(strides) != len(sizes):
-                raise ValueError("fd.define_tensor: sizes needs strides of the same length")
+                raise DefinitionError("fd.define_tensor: sizes needs strides of the same length")
             from fuser.runtime.descriptor import compute_tensor_descriptor
 
             contiguity, stride_order = compute_tensor_descriptor(list(sizes), list(strides))
             shape = [1 if s == 1 else (s if static_sizes else -1) for s in sizes]
         if shape is None:
-            raise TypeError("fd.define_tensor: shape is required")
+            raise DefinitionTypeError("fd.define_tensor: shape is required")
         shape = list(shape)
         n = len(shape)
         for k, s in enumerate(shape):
             if not isinstance(s, int) or isinstance(s, bool) or s < -1:
-                raise ValueError(f"fd.define_tensor: shape[{k}] = {s!r}; entries must be -1 (symbolic) or sizes >= 0")
+                raise DefinitionError(f"fd.define_tensor: shape[{k}] = {s!r}; entries must be -1 (symbolic) or sizes >= 0")
         if stride_order is not None:
             stride_order = list(stride_order)
             if sorted(stride_order) != list(range(n)):
-                raise ValueError(f"fd.define_tensor: stride_order {stride_order} is not a permutation of 0..{n - 1}")
+                raise DefinitionError(f"fd.define_tensor: stride_order {stride_order} is not a permutation of 0..{n - 1}")
         # allocation order, outermost first; contiguity is given in this order (as in nvFuser)
         order = list(range(n))
         if stride_order is not None:
@@ -186,12 +248,12 @@ class FusionDefinition:
             contiguity = [None if shape[d] == 1 else contiguity for d in order]
         contiguity = list(contiguity)
         if len(contiguity) != n:
-            raise ValueError(f"fd.define_tensor: contiguity has {len(contiguity)} entries for a shape of {n} dims")
+            raise DefinitionError(f"fd.define_tensor: contiguity has {len(contiguity)} entries for a shape of {n} dims")
         for k, c in enumerate(contiguity):
             if c not in (True, False, None):
-                raise ValueError(f"fd.define_tensor: contiguity[{k}] = {c!r}; entries must be True, False or None")
+                raise DefinitionError(f"fd.define_tensor: contiguity[{k}] = {c!r}; entries must be True, False or None")
         if is_cpu and n != 0:
-            raise ValueError(f"fd.define_tensor: is_cpu=True is only for 0-dim scalar tensors, got {n} dims")
+            raise DefinitionError(f"fd.define_tensor: is_cpu=True is only for 0-dim scalar tensors, got {n} dims")
         logical_contig = [None] * n
         for p, d in enumerate(order):
             logical_contig[d] = contiguity[p]
@@ -213,7 +275,7 @@ class FusionDefinition:
             self._fusion.add_input(tv)
         handle = self._new_state(tv)
         kwargs = [("shape", shape), ("contiguity", contiguity), ("dtype", dtype), ("is_cpu", is_cpu)]
-        if stride_order is not None:
+        if stride_order:  # nvFuser prints a non-empty stride_order only
             kwargs.append(("stride_order", stride_order))
         self._record("define_tensor", (), kwargs, (handle,))
         return handle
@@ -221,7 +283,7 @@ class FusionDefinition:
     def from_pytorch(self, tensor: torch.Tensor, static_sizes: bool = False) -> Tensor:
         """A tensor input shaped and laid out like `tensor`."""
         if not isinstance(tensor, torch.Tensor):
-            raise TypeError(f"fd.from_pytorch: expected a torch.Tensor, got {type(tensor).__name__}")
+            raise DefinitionTypeError(f"fd.from_pytorch: expected a torch.Tensor, got {type(tensor).__name__}")
         return self.define_tensor(
             sizes=list(tensor.size()),
             strides=list(tensor.stride()),
@@ -231,96 +293,123 @@ class FusionDefinition:
         )
 
     def define_scalar(self, value: Any = None, dtype: DataType | None = None) -> Scalar:
-        """A constant scalar when `value` is given, else a scalar input of `dtype` (default Double)."""
+        """A constant scalar when `value` is given, else a scalar input of `dtype` (default
+        Double); `define_scalar(DataType.Int)` is an Int input, as in nvFuser. A constant
+        takes `dtype` (define_scalar(1, dtype=DataType.Double) is 1.0), else its Python
+        type's: float -> Double, int -> Int, bool -> Bool, complex -> ComplexDouble."""
         self._check_open("fd.define_scalar")
+        if isinstance(value, DataType) and dtype is None:  # nvFuser's define_scalar(dtype) overload
+            value, dtype = None, value
         if value is not None and not isinstance(value, _NUMBER):
-            raise TypeError(f"fd.define_scalar: value must be a Python number or None, got {type(value).__name__}")
+            raise DefinitionTypeError(f"fd.define_scalar: value must be a Python number or None, got {type(value).__name__}")
         if dtype is None:
             dtype = python_scalar_dtype(value) if value is not None else DataType.Double
         if not isinstance(dtype, DataType) or dtype is DataType.Null:
-            raise TypeError(f"fd.define_scalar: dtype must be a DataType other than Null, got {dtype!r}")
+            raise DefinitionTypeError(f"fd.define_scalar: dtype must be a DataType other than Null, got {dtype!r}")
+        return self._define_scalar(value, dtype)
+
+    def _define_scalar(self, value: Any, dtype: DataType, inline: bool = False) -> Scalar:
+        if value is not None:
+            value = _cast_value(value, dtype)
         try:
             with self._fusion.guard():
                 s = IrScalar(dtype, value)
                 if value is None:
                     self._fusion.add_input(s)
-        except TypeError as err:
-            raise TypeError(f"fd.define_scalar: {err}") from None
+        except (TypeError, ValueError) as err:
+            raise nvfuser_style(err, f"fd.define_scalar: {err}") from None
         handle = self._new_state(s)
-        self._record("define_scalar", (value,), (("dtype", dtype),), (handle,))
+        self._record("define_scalar", (value,), (("dtype", dtype),), (handle,), inline=inline)
         return handle
 
     define_constant = define_scalar
 
     def define_vector(self, values: Sequence[Any] | int, dtype: DataType = DataType.Int) -> Vector:
-        """A shape vector: from a list of ints/Scalars, or `size` new scalar inputs."""
+        """A shape vector: from a list of ints/Scalars (the ints defined inline), or `size`
+        new Int scalar inputs."""
         self._check_open("fd.define_vector")
         if not isinstance(dtype, DataType) or not dtype.is_integral:
-            raise TypeError(f"fd.define_vector: dtype must be an integer DataType, got {dtype!r}")
-        if isinstance(values, int):
-            scalars = [self.define_scalar(None, dtype) for _ in range(values)]
+            raise DefinitionTypeError(f"fd.define_vector: dtype must be an integer DataType, got {dtype!r}")
+        if isinstance(values, int) and not isinstance(values, bool):
+            scalars = [self._define_scalar(None, dtype) for _ in range(values)]
+        elif isinstance(values, (list, tuple)):
+            scalars = self._vector_items(values, "fd.define_vector: values", shape_check=True)
         else:
-            scalars = []
-            for k, v in enumerate(values):
-                if isinstance(v, Scalar):
-                    scalars.append(self._own(v, f"fd.define_vector: values[{k}]"))
-                elif isinstance(v, int) and not isinstance(v, bool):
-                    scalars.append(self.define_scalar(v, dtype))
-                else:
-                    raise TypeError(f"fd.define_vector: values[{k}] must be an int or a Scalar, got {v!r}")
-            for k, s in enumerate(scalars):
-                if not s.dtype.is_integral:
-                    raise TypeError(f"fd.define_vector: values[{k}] has dtype {s.dtype}; a shape needs integers")
-        handle = self._new_state([s.val for s in scalars])
-        self._record("define_vector", ([s for s in scalars],), (("dtype", dtype),), (handle,))
-        return handle
+            raise DefinitionTypeError(f"fd.define_vector: values must be a list of ints/Scalars or a size, got {values!r}")
+        return self._vector_of(scalars, inline=False, dtype=dtype)
 
-    def add_output(self, value: _State, alias_input: Any = None, *, stride_order: Sequence[int] | None = None) -> None:
-        """Mark `value` as an output; `alias_input` writes it into that input instead of returning it."""
+    def add_output(self, output: _State, alias_input: Any = None, *, stride_order: Sequence[int] | None = None) -> None:
+        """Mark `output` as an output. With `alias_input` it is written into that input
+        and, unless also added without it, not returned (nvFuser's in-place update; added
+        both ways, it is returned where its plain add_output put it, as that input)."""
         self._check_open("fd.add_output")
         if isinstance(alias_input, (list, tuple)):  # add_output(t, stride_order) positional form
             stride_order, alias_input = list(alias_input), None
-        if not isinstance(value, (Tensor, Scalar)):
-            raise TypeError(f"fd.add_output: value must be a Tensor or Scalar, got {type(value).__name__}")
-        self._own(value, "fd.add_output")
-        kwargs: list[tuple[str, Any]] = []
-        val = value.val
-        if stride_order is not None:
-            if not isinstance(value, Tensor):
-                raise TypeError("fd.add_output: stride_order needs a Tensor output")
-            from fuser import ops as irops
-
-            try:
-                with self._fusion.guard():
-                    val = irops.stride_order(val, list(stride_order))
-            except (TypeError, ValueError) as err:
-                raise type(err)(f"fd.add_output: {err}") from None
-            kwargs.append(("stride_order", list(stride_order)))
-        alias_val = None
+        if not isinstance(output, (Tensor, Scalar)):
+            kind = f"{type(output).__module__}.{type(output).__name__}"
+            raise DefinitionTypeError(f"fd.add_output: output must be a Tensor or Scalar of this definition, got a {kind}")
+        self._own(output, "fd.add_output")
+        val = output.val
+        fusion = self._fusion
         if alias_input is not None:
-            if not isinstance(alias_input, Tensor):
-                raise TypeError("fd.add_output: alias_input must be an input Tensor")
+            if stride_order is not None:
+                raise DefinitionError("fd.add_output: stride_order can't be dictated for aliased outputs")
+            if not isinstance(alias_input, Tensor) or not isinstance(output, Tensor):
+                raise DefinitionTypeError("fd.add_output: alias_input must be an input Tensor, aliased to a Tensor output")
             self._own(alias_input, "fd.add_output")
             alias_val = alias_input.val
             if not alias_val.is_fusion_input:
-                raise ValueError(f"fd.add_output: alias_input {alias_input!r} is not a fusion input")
-            kwargs.append(("alias_input", alias_input))
-        self._fusion.add_output(val, alias_input=alias_val)
-        self._record("add_output", (value,), kwargs, ())
+                raise DefinitionError(f"fd.add_output: alias_input {alias_input!r} is not a fusion input")
+            if val in fusion._output_set:  # returned already: now also written into the input
+                fusion.output_aliases[val] = alias_val
+            else:
+                if val.is_fusion_input:  # an input aliased to another: copied, so written
+                    from fuser import ops as irops
+
+                    with fusion.guard():
+                        val = irops.set_(val)
+                fusion.add_output(val, alias_input=alias_val)
+            self._record("add_output", (output, alias_input), (), ())
+            return
+        kwargs: list[tuple[str, Any]] = []
+        if stride_order is not None:
+            if not isinstance(output, Tensor):
+                raise DefinitionTypeError("fd.add_output: stride_order needs a Tensor output")
+            from fuser import ops as irops
+
+            try:
+                with fusion.guard():
+                    val = irops.stride_order(val, list(stride_order))
+            except (TypeError, ValueError) as err:
+                raise nvfuser_style(err, f"fd.add_output: {err}") from None
+            kwargs.append(("stride_order", list(stride_order)))
+        if val not in fusion.output_aliases:  # an aliased output is in the fusion's outputs already
+            fusion.add_output(val)
+        self._visible.append(val)
+        self._record("add_output", (output,), kwargs, ())
 
     # --- introspection -------------------------------------------------------------------------
-    def id(self) -> int:
-        """The index of this definition's fusion in the FusionCache."""
-        self._ensure_defined()
-        return self._entry.id
+    def id(self) -> int | None:
+        """The index of this definition's fusion in the FusionCache (None before it is
+        defined; a subclass defines itself here)."""
+        if self._entry is None and not self._open and type(self).definition is not FusionDefinition.definition:
+            self._ensure_defined()
+        return self._entry.id if self._entry is not None else None
 
     def inputs(self) -> list[int]:
         """State indices of the fusion inputs, in order."""
         return [r.outputs[0].index for r in self._records if r.name in ("define_tensor", "define_scalar") and r.args[:1] in ((), (None,))]
 
     def outputs(self) -> list[int]:
-        """State indices of the outputs, in order."""
-        return [r.args[0].index for r in self._records if r.name == "add_output"]
+        """State indices of the returned outputs, in add_output order (in-place updates of
+        an input, add_output(t, alias_input), are not among them)."""
+        return [r.args[0].index for r in self._records if r.name == "add_output" and len(r.args) == 1]
+
+    def extents(self) -> list[int]:
+        """nvFuser's indices of the tensor inputs' extents: -1, -2, ... one per dimension of
+        each tensor input, in input order (segments pass sizes under these indices)."""
+        n = sum(len(v.logical_no_reductions()) for v in self.fusion.inputs if isinstance(v, TensorView))
+        return [-k - 1 for k in range(n)]
 
     @property
     def fusion(self) -> Fusion:
@@ -334,16 +423,39 @@ class FusionDefinition:
         return fusion_ir(self.fusion)
 
     def __repr__(self) -> str:
-        if self._entry is None and not self._records:
-            return "FusionDefinition(<undefined>)"
-        return definition_text(self._records, self._entry.id if self._entry else 0)
+        """The definition as nvFuser prints it: a newline, then `def nvfuser_fusion_idN(fd :
+        FusionDefinition) -> None :` (`nvfuser_incomplete_fusion` before it is defined)."""
+        return definition_text(self._records, self._entry.id if self._entry else None)
 
     __str__ = __repr__
 
     def repro_script_for(self, inputs: Sequence[Any] | None = None) -> str:
-        """A runnable script that defines this fusion, builds inputs like `inputs`, and executes."""
-        self._ensure_defined()
-        return repro_script(self._records, self._entry.id, inputs)
+        """A runnable script in nvFuser's layout that defines this fusion, builds inputs
+        like `inputs` (sizes, strides, dtypes, devices) and executes it."""
+        self.id()  # a subclass defines itself first
+        return repro_script(self._records, self._entry.id if self._entry else None,
+                            _flatten_inputs(inputs) if inputs is not None else None)
+
+    def last_repro_script(self) -> str:
+        """The repro script for the inputs of the last execute(..., save_repro_inputs=True)."""
+        if self.fake_inputs is None:
+            raise DefinitionError("fd.last_repro_script(): execute(inputs, save_repro_inputs=True) was not called")
+        return self.repro_script_for(self.fake_inputs)
+
+    def debug_output(self) -> str | None:
+        """What the last execute printed (FUSER_DUMP dumps included) when it was called with
+        capture_debug_output=True; None otherwise."""
+        return self._debug_output
+
+    def profile(self) -> Any:
+        """The FusionProfile of the last execute(..., profile=True): its segments, and per
+        segment the scheduler, time, bytes and bandwidth."""
+        if not self.profiled:
+            raise DefinitionError("The execute() method was not previously called with profiling enabled!")
+        if self._profile is None:
+            raise DefinitionError("fd.profile(): the last execute recorded no profile (it failed, or ran "
+                                  "the segments of fd.segment() one by one)")
+        return self._profile
 
     # --- execution -------------------------------------------------------------------------------
     def execute(
@@ -353,30 +465,86 @@ class FusionDefinition:
         device: Any = None,
         override_user_schedule: bool = False,
         capture_debug_output: bool = False,
-        profile: bool = False,
         print_repro: bool = False,
-        _enable_options: Sequence[str] = (),
-        _disable_options: Sequence[str] = (),
+        profile: bool = False,
+        save_repro_inputs: bool = False,
+        _enable_options: Sequence[str] | None = (),
+        _disable_options: Sequence[str] | None = (),
     ) -> list[torch.Tensor]:
-        """Run the fusion on `inputs`; returns the outputs in add_output order (aliased ones omitted)."""
+        """Run the fusion on `inputs`; returns the outputs in add_output order (in-place
+        updates of inputs omitted). nvFuser's keywords: `device` for fusions no input
+        places, `print_repro` prints a repro script first, `profile` keeps a FusionProfile
+        for fd.profile(), `capture_debug_output` keeps what the run printed for
+        fd.debug_output(), `save_repro_inputs` keeps fake inputs for fd.last_repro_script()."""
+        self.profiled = bool(profile)
+        self._profile = None
         self._ensure_defined()
-        from fuser.runtime.executor import run
-
         inputs = _flatten_inputs(inputs)
-        if print_repro:
-            print(self.repro_script_for(inputs), file=sys.stderr)
         _check_options(_enable_options, _disable_options)
+        if _disable_options and "matmul_expr_eval" in _disable_options:
+            _refuse_matmul_codegen(self.fusion)
+        if save_repro_inputs:
+            self.fake_inputs = _fake_inputs(inputs)
+        if print_repro:
+            print(self.repro_script_for(inputs))
+        captured = io.StringIO() if capture_debug_output else None
+        self._debug_output = None
         try:
-            if self._segments:
-                return self._execute_segments(inputs, device=device)
-            return run(self._entry, inputs, device=device)
-        except Exception:
+            with _capturing(captured):
+                return self._run(inputs, device, profile)
+        except Exception as err:
             if not print_repro:
                 print(
-                    "fuser: execute failed; a repro script for this fusion:\n" + self.repro_script_for(inputs),
+                    f"An error occurred while executing fuser FusionDefinition {self._entry.id}.\n"
+                    "Here's a script to reproduce the error:\n```python\n" + self.repro_script_for(inputs) + "```",
                     file=sys.stderr,
                 )
-            raise
+            converted = nvfuser_style(err)
+            if converted is err:
+                raise
+            raise converted.with_traceback(err.__traceback__) from None
+        finally:
+            if captured is not None:
+                self._debug_output = captured.getvalue()
+
+    def _run(self, inputs: list[Any], device: Any, profile: bool) -> list[Any]:
+        from fuser.runtime.executor import run, segmented_runner
+
+        if self._segments:
+            return self._execute_segments(inputs, device=device)
+        if not profile:
+            return self._arrange(run(self._entry, inputs, device=device), inputs)
+        from .profile import build_profile, observe_segments
+
+        runner = segmented_runner(self._entry, inputs, device)
+        dev = runner.device
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
+        begin, host = (torch.cuda.Event(enable_timing=True) if dev.type == "cuda" else None), time.perf_counter()
+        if begin is not None:
+            begin.record()
+        with observe_segments(runner, dev) as seen:
+            outs = self._arrange(run(self._entry, inputs, device=device), inputs)
+        if begin is not None:
+            end = torch.cuda.Event(enable_timing=True)
+            end.record()
+            torch.cuda.synchronize(dev)
+            host_ms = (time.perf_counter() - host) * 1e3
+            total = lambda: begin.elapsed_time(end)  # noqa: E731
+        else:
+            host_ms = (time.perf_counter() - host) * 1e3
+            total = lambda: host_ms  # noqa: E731
+        self._profile = build_profile(self._entry.id, runner, seen, host_ms, total, dev, inputs, outs)
+        return outs
+
+    def _arrange(self, returned: list[Any], inputs: Sequence[Any], written: dict | None = None) -> list[Any]:
+        """The outputs in nvFuser's order from what the runtime returned (the fusion's
+        outputs that are not in-place updates): an output that is also written into an
+        input is returned as that input (`written` gives its values instead, for validate)."""
+        plan = self._entry.output_plan
+        if plan is None or all(kind == "out" for kind, _ in plan):
+            return returned
+        return [returned[k] if kind == "out" else (written[k] if written is not None else inputs[k]) for kind, k in plan]
 
     def validate(self, inputs: Sequence[Any], reference_outputs: Sequence[Any] | None = None) -> None:
         """Execute, then check the outputs against the reference executor (or `reference_outputs`)."""
@@ -384,9 +552,16 @@ class FusionDefinition:
         from fuser.runtime.tolerance import assert_close
 
         inputs = _flatten_inputs(inputs)
+        # the reference reads the inputs as they were: execute may update some in place
+        originals = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
         outs = self.execute(inputs)
         if reference_outputs is None:
-            reference_outputs = run_reference(self.fusion, [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs])
+            fusion = self.fusion
+            refs = run_reference(fusion, originals)
+            returned = [r for v, r in zip(fusion.outputs, refs) if v not in fusion.output_aliases]
+            written = {fusion.inputs.index(fusion.output_aliases[v]): r for v, r in zip(fusion.outputs, refs)
+                       if v in fusion.output_aliases}
+            reference_outputs = self._arrange(returned, inputs, written)
         if len(outs) != len(reference_outputs):
             raise AssertionError(f"{len(outs)} outputs, {len(reference_outputs)} reference outputs")
         for k, (got, want) in enumerate(zip(outs, reference_outputs)):
@@ -538,6 +713,55 @@ def _with_header(sources: list[str], intrinsic_code: bool) -> str:
     return text
 
 
+def _output_plan(fusion: Fusion, visible: Sequence[Any]) -> list[tuple[str, int]]:
+    """Per returned output, where execute finds it: ("out", k), the k-th value the runtime
+    returns (the fusion's outputs that are not in-place updates), or ("input", k), the k-th
+    input, which the runtime wrote it into."""
+    plan, k = [], 0
+    for val in visible:
+        alias = fusion.output_aliases.get(val)
+        if alias is None:
+            plan.append(("out", k))
+            k += 1
+        else:
+            plan.append(("input", fusion.inputs.index(alias)))
+    return plan
+
+
+def _cast_value(value: Any, dtype: DataType) -> Any:
+    """A constant as `dtype` holds it (nvFuser's castToDtype): define_scalar(1, DataType.Double) is 1.0."""
+    try:
+        if dtype.is_boolean:
+            return bool(value)
+        if dtype.is_integral:
+            return value if isinstance(value, int) and not isinstance(value, bool) else int(value)
+        if dtype.is_complex:
+            return complex(value)
+        if dtype.is_floating:
+            return float(value)
+    except (TypeError, ValueError, OverflowError):
+        raise DefinitionTypeError(f"fd.define_scalar: {value!r} cannot be a {dtype} constant") from None
+    return value
+
+
+def _fake_inputs(inputs: Sequence[Any]) -> list[Any]:
+    """Storage-free copies of the tensor inputs (PyTorch fake tensors), for repro scripts."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    mode = FakeTensorMode()
+    return [mode.from_tensor(x) if isinstance(x, torch.Tensor) else x for x in inputs]
+
+
+@contextlib.contextmanager
+def _capturing(buffer: io.StringIO | None):
+    """Route stdout and stderr (where FUSER_DUMP writes) into `buffer` while it is given."""
+    if buffer is None:
+        yield
+        return
+    with contextlib.redirect_stdout(buffer), contextlib.redirect_stderr(buffer):
+        yield
+
+
 def _flatten_inputs(inputs: Sequence[Any]) -> list[Any]:
     """nvFuser's execute spreads a list or tuple input (a vector of sizes) into scalar inputs."""
     flat: list[Any] = []
@@ -559,17 +783,52 @@ def _to_ref(v: Any) -> Any:
     return v
 
 
-_KNOWN_OPTIONS = frozenset(
-    {"kernel_profile", "fast_math", "id_model", "warn_register_spill", "matmul_expr_eval", "expr_simplify", "host_ir_lowering"}
-)
+#: nvFuser's NVFUSER_ENABLE option names: accepted; fuser's runtime has no switches for them
+KNOWN_ENABLE_OPTIONS = frozenset({
+    "complex", "conv_decomposition", "fast_math", "fuse_matmul", "fuse_multiple_matmuls", "graph_op_fusion",
+    "greedy_scheduler", "host_ir_lowering", "id_model", "id_model_extra_validation", "io_to_lower_precision",
+    "kernel_db", "kernel_debug", "kernel_lineinfo", "kernel_profile", "linear_decomposition", "memory_promotion",
+    "reuse_zeroed_memory", "static_fusion_count", "wait_debugger", "warn_register_spill", "ws_normalization",
+})
+#: nvFuser's NVFUSER_DISABLE option names, and fuser's own FUSER_DISABLE ones
+KNOWN_DISABLE_OPTIONS = frozenset({
+    "compile_to_sass", "contig_indexing", "expr_simplify", "fallback", "fma", "grouped_grid_welford_outer_opt",
+    "id_model", "index_hoist", "kernel_reuse", "magic_zero", "matmul_expr_eval", "nvtx", "parallel_compile",
+    "parallel_serde", "predicate_elimination", "python_inline_definitions", "resize_scheduler", "var_name_remapping",
+    "welford_vectorization", "remat", "forwarding", "kernel_cache",
+})
 
 
-def _check_options(enable: Sequence[str], disable: Sequence[str]) -> None:
+def _refuse_matmul_codegen(fusion: Fusion) -> None:
+    """With nvFuser's `matmul_expr_eval` disabled, matmul and linear need generated kernels;
+    fuser has none, so (as nvFuser's segmenter would) no scheduler takes them."""
+    from fuser.errors import FuserError
+    from fuser.ir import AtenOp, LinearOp, MatmulOp
+
+    ops = [e for e in fusion.exprs() if isinstance(e, (MatmulOp, LinearOp)) and not isinstance(e, AtenOp)]
+    if ops:
+        raise FuserError(
+            f"Can not find a scheduler to schedule fusion segment: {type(ops[0]).__name__} with "
+            "_disable_options=['matmul_expr_eval'] needs a generated matmul kernel, which fuser does not make"
+        )
+
+
+def _check_options(enable: Sequence[str] | None, disable: Sequence[str] | None) -> None:
+    """Validate `_enable_options` / `_disable_options`: lists of option names; a name neither
+    nvFuser nor fuser knows is ignored with a warning (it switches nothing)."""
     import warnings
 
-    for name in (*enable, *disable):
-        if name not in _KNOWN_OPTIONS:
-            warnings.warn(f"fuser: ignoring unknown option {name!r}", stacklevel=3)
+    for arg, names, known in (("_enable_options", enable, KNOWN_ENABLE_OPTIONS),
+                              ("_disable_options", disable, KNOWN_DISABLE_OPTIONS)):
+        if names is None:
+            continue
+        if isinstance(names, str) or not isinstance(names, (list, tuple, set, frozenset)):
+            raise DefinitionTypeError(f"execute: {arg} must be a list of option names, got {names!r}")
+        for name in names:
+            if not isinstance(name, str):
+                raise DefinitionTypeError(f"execute: {arg} entries must be option names (str), got {name!r}")
+            if name not in known:
+                warnings.warn(f"fuser: ignoring unknown {arg[1:-8]} option {name!r}", stacklevel=3)
 
 
 __all__ = ["FusionDefinition", "StateRef"]

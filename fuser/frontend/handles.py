@@ -32,9 +32,10 @@ class _State:
         return self.fd._state_vals[self.index]
 
     def __repr__(self) -> str:
-        return f"{self.kind}{self.index}"
+        return f"Scalar(index={self.index})"
 
-    __str__ = __repr__
+    def _get_fusion_definition(self) -> "FusionDefinition":
+        return self.fd
 
     def __hash__(self) -> int:
         return hash((id(self.fd), self.index))
@@ -61,6 +62,7 @@ class _State:
     def __rmul__(self, o):
         return self._op("mul", o, self)
 
+    # nvFuser maps `/` to its truncating `div` and `%` to `mod` (C's fmod), not Python's
     def __truediv__(self, o):
         return self._op("div", self, o)
 
@@ -68,10 +70,10 @@ class _State:
         return self._op("div", o, self)
 
     def __mod__(self, o):
-        return self._op("remainder", self, o)
+        return self._op("mod", self, o)
 
     def __rmod__(self, o):
-        return self._op("remainder", o, self)
+        return self._op("mod", o, self)
 
     def __pow__(self, o):
         return self._op("pow", self, o)
@@ -131,13 +133,18 @@ class _State:
         return self._op("ge", self, o)
 
     def __bool__(self) -> bool:
-        raise TypeError(f"{self!r} is a symbolic value of a fusion definition and has no truth value")
+        from fuser.errors import DefinitionTypeError
+
+        raise DefinitionTypeError(f"{self!r} is a symbolic value of a fusion definition and has no truth value")
 
 
 class Tensor(_State):
     """A tensor of a fusion definition."""
 
     kind = "T"
+
+    def __repr__(self) -> str:
+        return f"Tensor(index={self.index}, ndim={self.ndim})"
 
     @property
     def val(self) -> "TensorView":
@@ -158,7 +165,9 @@ class Tensor(_State):
         return self.fd.ops.size(self, dim)
 
     def __len__(self) -> int:
-        raise TypeError("len() of a fusion Tensor is not static; use t.size(0)")
+        from fuser.errors import DefinitionTypeError
+
+        raise DefinitionTypeError("len() of a fusion Tensor is not static; use t.size(0)")
 
 
 class Scalar(_State):
@@ -179,6 +188,9 @@ class Vector(_State):
     """A shape vector of scalars (define_vector, fd.ops.shape)."""
 
     kind = "V"
+
+    def __repr__(self) -> str:
+        return f"Vector(index={self.index}, size={len(self.val)})"
 
     @property
     def val(self) -> list:

@@ -1,9 +1,16 @@
-"""`fd.ops`: every operation of nvFuser's frontend, recording a Record and building IR."""
+"""`fd.ops`: every operation of nvFuser's frontend, recording a Record and building IR.
+
+Names, argument positions and defaults are nvFuser's, and so is what each records (and
+therefore prints): a shape given as a list is an inline vector (`shape=[2, S3]`),
+reductions record the dims they reduce, `slice` always records its strides. fuser also
+accepts Python numbers where nvFuser wants a Scalar: they become `define_scalar` constants.
+"""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from fuser import ops as irops
+from fuser.errors import DefinitionIndexError, DefinitionTypeError, nvfuser_style
 from fuser.ir import BinaryOpType, DataType, RNGOpType, TernaryOpType, UnaryOpType
 from fuser.ir import Scalar as IrScalar
 from fuser.ir import TensorView
@@ -15,7 +22,6 @@ if TYPE_CHECKING:
 
 _UNARY = {t.value: t for t in UnaryOpType if t is not UnaryOpType.Cast}
 _BINARY = {t.value: t for t in BinaryOpType if t is not BinaryOpType.CeilDiv}
-_BINARY["truediv"] = BinaryOpType.Div
 _REDUCTIONS = {"sum": BinaryOpType.Add, "prod": BinaryOpType.Mul, "max": BinaryOpType.Max, "min": BinaryOpType.Min}
 
 
@@ -29,11 +35,12 @@ class Operators:
     def _run(self, name: str, build: Callable[[], Any], args: Sequence[Any], kwargs: Sequence[tuple[str, Any]]):
         """Build IR for `fd.ops.<name>(*args, **kwargs)`, record it, return new handles."""
         fd = self._fd
+        fd._check_open(f"fd.ops.{name}")
         try:
             with fd._fusion.guard():
                 result = build()
         except (TypeError, ValueError, IndexError) as err:
-            raise type(err)(f"fd.ops.{name}: {err}") from None
+            raise nvfuser_style(err, f"fd.ops.{name}: {err}") from None
         outs = result if isinstance(result, tuple) else (result,)
         handles = tuple(fd._new_state(v) for v in outs)
         fd._record(f"ops.{name}", args, kwargs, handles)
@@ -46,12 +53,18 @@ class Operators:
     def _tensor(self, x: Any, name: str, what: str = "arg") -> TensorView:
         v = self._val(x, name, what)
         if not isinstance(v, TensorView):
-            raise TypeError(f"fd.ops.{name}: {what} must be a Tensor, got {type(x).__name__}")
+            raise DefinitionTypeError(f"fd.ops.{name}: {what} must be a Tensor, got {type(x).__name__}")
         return v
 
     def _operand(self, x: Any, name: str, what: str = "arg") -> _State:
         """A handle for an argument, defining a constant for a Python number."""
         return self._fd._as_state(x, f"fd.ops.{name}: {what}")
+
+    def _optional(self, x: Any, name: str, what: str) -> _State | None:
+        return None if x is None else self._operand(x, name, what)
+
+    def _vector(self, shape: Any, name: str, what: str, shape_check: bool = True) -> Vector:
+        return self._fd._shape_vector(shape, f"fd.ops.{name}: {what}", shape_check)
 
     # --- elementwise --------------------------------------------------------------------
     def _unary(self, name: str, arg: Any) -> Any:
@@ -63,6 +76,11 @@ class Operators:
         a, b = self._operand(arg1, name, "arg1"), self._operand(arg2, name, "arg2")
         op = _BINARY[name]
         return self._run(name, lambda: irops.binary(op, a.val, b.val), (a, b), ())
+
+    def truediv(self, arg1: Any, arg2: Any) -> Any:
+        """a / b with a floating result: integer operands divide in Float (`div` truncates)."""
+        a, b = self._operand(arg1, "truediv", "arg1"), self._operand(arg2, "truediv", "arg2")
+        return self._run("truediv", lambda: irops.truediv(a.val, b.val), (a, b), ())
 
     def cast(self, arg: Any, dtype: DataType) -> Any:
         a = self._operand(arg, "cast")
@@ -110,11 +128,18 @@ class Operators:
         return self._run("sub_alpha", lambda: irops.sub_alpha(x.val, y.val, al.val), (x, y, al), ())
 
     # --- reductions ---------------------------------------------------------------------
-    def _reduction(self, name: str, arg: Tensor, dims: Any, keepdim: bool = False, dtype: DataType = DataType.Null):
+    def _reduction(self, name: str, arg: Tensor, dims: Any, keepdim: Any, dtype: Any, dim: Any) -> Tensor:
+        """nvFuser's three overloads: (arg, dtype) reduces every dim; (arg, dim: int,
+        keepdim, dtype); (arg, dims: list, keepdim, dtype). `dim=` and `dims=` both work."""
         a = self._operand(arg, name)
-        self._tensor(a, name)
-        dims = _dims(name, dims)
+        tv = self._tensor(a, name)
+        if isinstance(dims, DataType):  # prod(t, DataType.Float): the all-dims overload
+            dims, dtype = None, dims
+        dims = _merge_dim(name, dims, dim)
+        if dims is None:
+            dims = list(range(tv.ndim))
         _check_dtype(name, dtype)
+        keepdim = bool(keepdim)
         return self._run(
             name,
             lambda: irops.reduction(_REDUCTIONS[name], a.val, dims, keepdim, dtype),
@@ -122,21 +147,26 @@ class Operators:
             (("dims", dims), ("keepdim", keepdim), ("dtype", dtype)),
         )
 
-    def sum(self, arg: Tensor, dims: Any, keepdim: bool = False, dtype: DataType = DataType.Null) -> Tensor:
-        return self._reduction("sum", arg, dims, keepdim, dtype)
+    def sum(self, arg: Tensor, dims: Any = None, keepdim: bool = False, dtype: DataType = DataType.Null, *,
+            dim: Any = None) -> Tensor:
+        return self._reduction("sum", arg, dims, keepdim, dtype, dim)
 
-    def prod(self, arg: Tensor, dims: Any, keepdim: bool = False, dtype: DataType = DataType.Null) -> Tensor:
-        return self._reduction("prod", arg, dims, keepdim, dtype)
+    def prod(self, arg: Tensor, dims: Any = None, keepdim: bool = False, dtype: DataType = DataType.Null, *,
+             dim: Any = None) -> Tensor:
+        return self._reduction("prod", arg, dims, keepdim, dtype, dim)
 
-    def max(self, arg: Tensor, dims: Any, keepdim: bool = False, dtype: DataType = DataType.Null) -> Tensor:
-        return self._reduction("max", arg, dims, keepdim, dtype)
+    def max(self, arg: Tensor, dims: Any = None, keepdim: bool = False, dtype: DataType = DataType.Null, *,
+            dim: Any = None) -> Tensor:
+        return self._reduction("max", arg, dims, keepdim, dtype, dim)
 
-    def min(self, arg: Tensor, dims: Any, keepdim: bool = False, dtype: DataType = DataType.Null) -> Tensor:
-        return self._reduction("min", arg, dims, keepdim, dtype)
+    def min(self, arg: Tensor, dims: Any = None, keepdim: bool = False, dtype: DataType = DataType.Null, *,
+            dim: Any = None) -> Tensor:
+        return self._reduction("min", arg, dims, keepdim, dtype, dim)
 
-    def var(self, arg: Tensor, dims: Any, correction: int = 1, keepdim: bool = False) -> Tensor:
+    def var(self, arg: Tensor, dims: Any = None, correction: int = 1, keepdim: bool = False, *, dim: Any = None) -> Tensor:
         a = self._operand(arg, "var")
-        dims = _dims("var", dims)
+        dims = _merge_dim("var", dims, dim)
+        dims = list(range(self._tensor(a, "var").ndim)) if dims is None else dims
         return self._run(
             "var",
             lambda: irops.var(self._tensor(a, "var"), dims, correction, keepdim),
@@ -144,9 +174,11 @@ class Operators:
             (("dims", dims), ("correction", correction), ("keepdim", keepdim)),
         )
 
-    def var_mean(self, arg: Tensor, dims: Any, correction: int = 1, keepdim: bool = False) -> tuple[Tensor, Tensor]:
+    def var_mean(self, arg: Tensor, dims: Any = None, correction: int = 1, keepdim: bool = False, *,
+                 dim: Any = None) -> tuple[Tensor, Tensor]:
         a = self._operand(arg, "var_mean")
-        dims = _dims("var_mean", dims)
+        dims = _merge_dim("var_mean", dims, dim)
+        dims = list(range(self._tensor(a, "var_mean").ndim)) if dims is None else dims
         return self._run(
             "var_mean",
             lambda: irops.var_mean(self._tensor(a, "var_mean"), dims, correction, keepdim),
@@ -176,7 +208,7 @@ class Operators:
 
     def broadcast_in_dim(self, arg: Tensor, shape: Any, broadcast_dims: Sequence[int]) -> Tensor:
         a = self._operand(arg, "broadcast_in_dim")
-        vec = self._fd._as_vector(shape, "fd.ops.broadcast_in_dim: shape")
+        vec = self._vector(shape, "broadcast_in_dim", "shape")
         bdims = list(broadcast_dims)
         return self._run(
             "broadcast_in_dim",
@@ -187,7 +219,7 @@ class Operators:
 
     def expand(self, arg: Tensor, shape: Any) -> Tensor:
         a = self._operand(arg, "expand")
-        vec = self._fd._as_vector(shape, "fd.ops.expand: shape")
+        vec = self._vector(shape, "expand", "shape")
         return self._run("expand", lambda: irops.expand(self._tensor(a, "expand"), vec.val), (a,), (("shape", vec),))
 
     def squeeze(self, arg: Tensor, dims: Any, squeeze_expanded: bool = False) -> Tensor:
@@ -202,19 +234,19 @@ class Operators:
 
     def reshape(self, arg: Tensor, new_shape: Any) -> Tensor:
         a = self._operand(arg, "reshape")
-        vec = self._fd._as_vector(new_shape, "fd.ops.reshape: new_shape")
+        vec = self._vector(new_shape, "reshape", "new_shape")
         return self._run(
             "reshape", lambda: irops.reshape(self._tensor(a, "reshape"), vec.val), (a,), (("new_shape", vec),)
         )
 
     def permute(self, arg: Tensor, dims: Sequence[int]) -> Tensor:
         a = self._operand(arg, "permute")
-        dims = list(dims)
+        dims = _wrapped("permute", dims)  # nvFuser records (and prints) them normalised
         return self._run("permute", lambda: irops.permute(self._tensor(a, "permute"), dims), (a,), (("dims", dims),))
 
     def stride_order(self, arg: Tensor, stride_order: Sequence[int]) -> Tensor:
         a = self._operand(arg, "stride_order")
-        order = list(stride_order)
+        order = _wrapped("stride_order", stride_order)
         return self._run(
             "stride_order",
             lambda: irops.stride_order(self._tensor(a, "stride_order"), order),
@@ -231,38 +263,39 @@ class Operators:
         manual_normalization: bool = False,
     ) -> Tensor:
         a = self._operand(arg, "slice")
-        start = self._fd._as_vector(start_indices, "fd.ops.slice: start_indices")
-        end = self._fd._as_vector(end_indices, "fd.ops.slice: end_indices")
-        stride = self._fd._as_vector(strides, "fd.ops.slice: strides") if strides is not None else None
-        kwargs = [("start_indices", start), ("end_indices", end)]
-        if stride is not None:
-            kwargs.append(("strides", stride))
-        if manual_normalization:
-            kwargs.append(("manual_normalization", True))
+        start = self._vector(start_indices, "slice", "start_indices", shape_check=False)
+        end = self._vector(end_indices, "slice", "end_indices", shape_check=False)
+        if strides is not None:
+            stride = self._vector(strides, "slice", "strides", shape_check=False)
+        else:
+            # nvFuser records default strides of 1: inline unless the bounds were Vectors
+            ones = [self._fd._inline_scalar(1) for _ in range(len(start))]
+            stride = self._fd._vector_of(ones, inline=not isinstance(start_indices, Vector))
+        kwargs = [("start_indices", start), ("end_indices", end), ("strides", stride),
+                  ("manual_normalization", int(bool(manual_normalization)))]
         return self._run(
             "slice",
-            lambda: irops.slice_(
-                self._tensor(a, "slice"), start.val, end.val, None if stride is None else stride.val, manual_normalization
-            ),
+            lambda: irops.slice_(self._tensor(a, "slice"), start.val, end.val, stride.val, manual_normalization),
             (a,),
             kwargs,
         )
 
     def pad(self, arg: Tensor, pad_widths: Any, value: Any = None) -> Tensor:
+        # a number operand is defined (and printed) before the inline vector, so that the
+        # printed definition, executed again, records the same calls in the same order
         a = self._operand(arg, "pad")
-        widths = self._fd._as_vector(pad_widths, "fd.ops.pad: pad_widths")
-        v = self._operand(value, "pad", "value") if value is not None else None
-        kwargs = [("value", v)] if v is not None else []
+        v = self._optional(value, "pad", "value")
+        widths = self._vector(pad_widths, "pad", "pad_widths", shape_check=False)
         return self._run(
             "pad",
             lambda: irops.pad(self._tensor(a, "pad"), widths.val, v.val if v is not None else None),
-            (a, widths),
-            kwargs,
+            (a, widths, v),
+            (),
         )
 
     def cat(self, tensors: Sequence[Tensor], dim: int = 0, manual_padding: bool = False) -> Tensor:
         ts = [self._operand(t, "cat", f"tensors[{k}]") for k, t in enumerate(tensors)]
-        kwargs = [("dim", dim)] + ([("manual_padding", True)] if manual_padding else [])
+        kwargs = [("dim", dim), ("manual_padding", int(bool(manual_padding)))]
         return self._run(
             "cat", lambda: irops.cat([self._tensor(t, "cat", "tensors") for t in ts], dim), (ts,), kwargs
         )
@@ -281,10 +314,10 @@ class Operators:
 
     def at(self, arg: Vector, index: int) -> Scalar:
         if not isinstance(arg, Vector) or arg.fd is not self._fd:
-            raise TypeError(f"fd.ops.at: arg must be a Vector of this definition, got {type(arg).__name__}")
+            raise DefinitionTypeError(f"fd.ops.at: arg must be a Vector of this definition, got {type(arg).__name__}")
         n = len(arg.val)
         if not -n <= index < n:
-            raise IndexError(f"fd.ops.at: index {index} is out of range for a vector of {n} entries")
+            raise DefinitionIndexError(f"fd.ops.at: index {index} is out of range for a vector of {n} entries")
         return self._run("at", lambda: arg.val[index], (arg,), (("index", index),))
 
     # --- indexing ---------------------------------------------------------------------------
@@ -293,6 +326,7 @@ class Operators:
         return self._run("select", lambda: irops.select(self._tensor(a, "select"), i.val, dim), (a, i), (("dim", dim),))
 
     def index_select(self, arg: Tensor, index: Tensor, dim: int) -> Tensor:
+        """torch.index_select; a 0-dim index selects one slice and keeps the axis (extent 1)."""
         a, i = self._operand(arg, "index_select"), self._operand(index, "index_select", "index")
         return self._run(
             "index_select",
@@ -316,7 +350,8 @@ class Operators:
             (("dim", dim),),
         )
 
-    def scatter(self, arg1: Tensor, index: Tensor, src: Tensor, dim: int) -> Tensor:
+    def scatter(self, arg1: Tensor, index: Tensor, src: Any, dim: int) -> Tensor:
+        """torch.scatter; a scalar `src` writes that value at every index."""
         a = self._operand(arg1, "scatter", "arg1")
         i, s = self._operand(index, "scatter", "index"), self._operand(src, "scatter", "src")
         return self._run(
@@ -325,25 +360,27 @@ class Operators:
 
     # --- factories --------------------------------------------------------------------------
     def full(self, shape: Any, fill_value: Any, dtype: DataType) -> Tensor:
-        vec = self._fd._as_vector(shape, "fd.ops.full: shape")
-        f = self._operand(fill_value, "full", "fill_value")
+        f = self._operand(fill_value, "full", "fill_value")  # before the inline shape (see pad)
+        vec = self._vector(shape, "full", "shape")
         _check_dtype("full", dtype)
         return self._run("full", lambda: irops.full(vec.val, f.val, dtype), (), (("shape", vec), ("fill_value", f), ("dtype", dtype)))
 
     def iota(self, length: Any, start: Any = None, step: Any = None, dtype: DataType = DataType.Int) -> Tensor:
         _check_dtype("iota", dtype)
         n = self._operand(length, "iota", "length")
-        s0 = self._operand(start if start is not None else 0, "iota", "start")
-        st = self._operand(step if step is not None else 1, "iota", "step")
-        return self._run(
-            "iota", lambda: irops.iota(n.val, s0.val, st.val, dtype), (n, s0, st), (("dtype", dtype),)
-        )
+        s0, st = self._optional(start, "iota", "start"), self._optional(step, "iota", "step")
+
+        def build():
+            zero, one = (IrScalar(dtype, v) for v in (0, 1))
+            return irops.iota(n.val, s0.val if s0 is not None else zero, st.val if st is not None else one, dtype)
+
+        return self._run("iota", build, (n, s0, st), (("dtype", dtype),))
 
     def _rng(self, name: str, kind: RNGOpType, p1: Any, p2: Any, shape: Any, rng_seed: Any, rng_offset: Any, dtype: DataType):
         a, b = self._operand(p1, name, "arg1"), self._operand(p2, name, "arg2")
-        vec = self._fd._as_vector(shape, f"fd.ops.{name}: shape")
-        seed = self._operand(rng_seed, name, "rng_seed") if rng_seed is not None else None
-        offset = self._operand(rng_offset, name, "rng_offset") if rng_offset is not None else None
+        seed = self._optional(rng_seed, name, "rng_seed")  # numbers before the inline shape (see pad)
+        offset = self._optional(rng_offset, name, "rng_offset")
+        vec = self._vector(shape, name, "shape")
         _check_dtype(name, dtype)
         kwargs: list[tuple[str, Any]] = [("shape", vec)]
         if seed is not None:
@@ -365,11 +402,11 @@ class Operators:
 
     def _like(self, name: str, build, arg: Tensor, rng_seed: Any, rng_offset: Any) -> Tensor:
         a = self._operand(arg, name)
-        seed = self._operand(rng_seed, name, "rng_seed") if rng_seed is not None else None
-        offset = self._operand(rng_offset, name, "rng_offset") if rng_offset is not None else None
-        kwargs = [("rng_seed", seed), ("rng_offset", offset)] if seed is not None else []
+        seed = self._optional(rng_seed, name, "rng_seed")
+        offset = self._optional(rng_offset, name, "rng_offset")
+        args = (a, seed, offset) if seed is not None else (a,)  # nvFuser prints them positionally
         seed_val, offset_val = (v.val if v is not None else None for v in (seed, offset))
-        return self._run(name, lambda: build(self._tensor(a, name), seed_val, offset_val), (a,), kwargs)
+        return self._run(name, lambda: build(self._tensor(a, name), seed_val, offset_val), args, ())
 
     def rand_like(self, arg: Tensor, rng_seed: Any = None, rng_offset: Any = None) -> Tensor:
         return self._like("rand_like", irops.rand_like, arg, rng_seed, rng_offset)
@@ -379,8 +416,24 @@ class Operators:
 
     def triu(self, input: Tensor, diagonal: Any = 0) -> Tensor:  # noqa: A002 - nvFuser's name
         a = self._operand(input, "triu", "input")
-        d = self._operand(diagonal, "triu", "diagonal")
-        return self._run("triu", lambda: irops.triu(self._tensor(a, "triu", "input"), d.val), (a,), (("diagonal", d),))
+        if not isinstance(diagonal, int) or isinstance(diagonal, bool):
+            d = self._operand(diagonal, "triu", "diagonal")
+            return self._run("triu", lambda: irops.triu(self._tensor(a, "triu", "input"), d.val), (a, d), ())
+        # nvFuser defines the int inline, after the output: `T1 = fd.ops.triu(T0, 1)` keeps the
+        # output's index below the constant's
+        fd = self._fd
+        fd._check_open("fd.ops.triu")
+        try:
+            with fd._fusion.guard():
+                diag = IrScalar(DataType.Int, diagonal)
+                out = irops.triu(self._tensor(a, "triu", "input"), diag)
+        except (TypeError, ValueError, IndexError) as err:
+            raise nvfuser_style(err, f"fd.ops.triu: {err}") from None
+        handle = fd._new_state(out)
+        d = fd._new_state(diag)
+        fd._record("define_scalar", (diagonal,), (("dtype", DataType.Int),), (d,), inline=True)
+        fd._record("ops.triu", (a, d), (), (handle,))
+        return handle
 
     # --- ATen-backed ------------------------------------------------------------------------
     def matmul(self, arg1: Tensor, arg2: Tensor) -> Tensor:
@@ -389,7 +442,7 @@ class Operators:
 
     def linear(self, arg1: Tensor, arg2: Tensor, bias: Tensor | None = None) -> Tensor:
         a, w = self._operand(arg1, "linear", "arg1"), self._operand(arg2, "linear", "arg2")
-        b = self._operand(bias, "linear", "bias") if bias is not None else None
+        b = self._optional(bias, "linear", "bias")
         return self._run(
             "linear",
             lambda: irops.linear(
@@ -397,9 +450,81 @@ class Operators:
                 self._tensor(w, "linear", "arg2"),
                 self._tensor(b, "linear", "bias") if b is not None else None,
             ),
-            (a, w),
-            (("bias", b),) if b is not None else (),
+            (a, w) if b is None else (a, w, b),
+            (),
         )
+
+    def argsort(self, arg: Tensor, dim: int, descending: bool = False, stable: bool = False) -> Tensor:
+        """Indices sorting `arg` along `dim` (torch.argsort; run by ATen)."""
+        from fuser.ops import aten
+
+        a = self._operand(arg, "argsort")
+        flags = (("dim", dim), ("descending", bool(descending)), ("stable", bool(stable)))
+        return self._run("argsort", lambda: aten.argsort(self._tensor(a, "argsort"), dim, descending, stable), (a,), flags)
+
+    def topk(self, arg: Tensor, k: Any, dim: int = -1, largest: bool = True, sorted: bool = False) -> tuple[Tensor, Tensor]:  # noqa: A002
+        """(values, indices) of the `k` largest (or smallest) along `dim` (torch.topk; run by ATen)."""
+        from fuser.ops import aten
+
+        a, kk = self._operand(arg, "topk"), self._operand(k, "topk", "k")
+        flags = (("dim", dim), ("largest", bool(largest)), ("sorted", bool(sorted)))
+        return self._run("topk", lambda: aten.topk(self._tensor(a, "topk"), kk.val, dim, largest, sorted), (a, kk), flags)
+
+    def embedding_fwd(self, input: Tensor, weight: Tensor, padding_idx: Any = None, max_norm: Any = None,  # noqa: A002
+                      norm_type: Any = None, scale_grad_by_freq: Any = None, sparse: Any = None) -> Tensor:
+        """Rows of `weight` at `input`'s positions (F.embedding; run by ATen)."""
+        from fuser.ops import aten
+
+        names = ("input", "weight", "padding_idx", "max_norm", "norm_type", "scale_grad_by_freq", "sparse")
+        vals = (input, weight, padding_idx, max_norm, norm_type, scale_grad_by_freq, sparse)
+        hs = [self._optional(v, "embedding_fwd", n) for n, v in zip(names, vals)]
+        return self._run("embedding_fwd", lambda: aten.embedding_fwd(*(h.val if h is not None else None for h in hs)),
+                         hs, ())
+
+    def sdpfa_fwd(self, query: Tensor, key: Tensor, value: Tensor, dropout_p: Any = None, is_causal: Any = None,
+                  scale: Any = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """Flash attention: (output, log_sumexp, philox_seed, philox_offset) (run by ATen)."""
+        from fuser.ops import aten
+
+        names = ("query", "key", "value", "dropout_p", "is_causal", "scale")
+        hs = [self._optional(v, "sdpfa_fwd", n) for n, v in zip(names, (query, key, value, dropout_p, is_causal, scale))]
+        return self._run("sdpfa_fwd", lambda: aten.sdpfa_fwd(*(h.val if h is not None else None for h in hs)), hs, ())
+
+    def sdpfa_bwd(self, grad_output: Tensor, query: Tensor, key: Tensor, value: Tensor, output: Tensor,
+                  log_sumexp: Tensor, dropout_p: Any = None, is_causal: Any = None, philox_seed: Tensor = None,
+                  philox_offset: Tensor = None, scale: Any = None) -> tuple[Tensor, Tensor, Tensor]:
+        """Flash attention backward: the gradients of query, key and value (run by ATen)."""
+        from fuser.ops import aten
+
+        names = ("grad_output", "query", "key", "value", "output", "log_sumexp", "dropout_p", "is_causal",
+                 "philox_seed", "philox_offset", "scale")
+        vals = (grad_output, query, key, value, output, log_sumexp, dropout_p, is_causal, philox_seed, philox_offset, scale)
+        hs = [self._optional(v, "sdpfa_bwd", n) for n, v in zip(names, vals)]
+        if hs[8] is None or hs[9] is None:
+            raise DefinitionTypeError("fd.ops.sdpfa_bwd: philox_seed and philox_offset are required")
+        return self._run("sdpfa_bwd", lambda: aten.sdpfa_bwd(*(h.val if h is not None else None for h in hs)), hs, ())
+
+    def grouped_mm(self, mat1: Tensor, mat2: Tensor, offsets: Tensor) -> Tensor:
+        """Matmuls of the groups `offsets` delimits (torch._grouped_mm; run by ATen)."""
+        from fuser.ops import aten
+
+        hs = [self._operand(v, "grouped_mm", n) for n, v in (("mat1", mat1), ("mat2", mat2), ("offsets", offsets))]
+        return self._run("grouped_mm", lambda: aten.grouped_mm(*(h.val for h in hs)), hs, ())
+
+    def bitcast(self, arg: Tensor, dtype: DataType) -> Tensor:
+        """`arg`'s bits as `dtype` of the same size (Tensor.view(dtype); run by ATen)."""
+        from fuser.ops import aten
+
+        a = self._operand(arg, "bitcast")
+        _check_dtype("bitcast", dtype)
+        return self._run("bitcast", lambda: aten.bitcast(self._tensor(a, "bitcast"), dtype), (a,), (("dtype", dtype),))
+
+    def ndtri(self, arg: Tensor) -> Tensor:
+        """The inverse of the standard normal CDF (torch.special.ndtri; run by ATen)."""
+        from fuser.ops import aten
+
+        a = self._operand(arg, "ndtri")
+        return self._run("ndtri", lambda: aten.ndtri(self._tensor(a, "ndtri")), (a,), ())
 
 
 def _make_unary(name: str):
@@ -416,7 +541,7 @@ def _make_binary(name: str):
         return self._binary(name, arg1, arg2)
 
     op.__name__ = name
-    op.__doc__ = f"Elementwise {name} with PyTorch type promotion and broadcasting."
+    op.__doc__ = f"Elementwise {name} with nvFuser's type promotion and broadcasting."
     return op
 
 
@@ -428,27 +553,43 @@ for _name in _BINARY:
 
 def _check_dtype(name: str, dtype: Any) -> None:
     if not isinstance(dtype, DataType):
-        raise TypeError(f"fd.ops.{name}: dtype must be a DataType, got {dtype!r}")
+        raise DefinitionTypeError(f"fd.ops.{name}: dtype must be a DataType, got {dtype!r}")
 
 
 def _dims(name: str, dims: Any) -> list[int]:
-    if isinstance(dims, int):
+    if isinstance(dims, int) and not isinstance(dims, bool):
         return [dims]
     try:
         out = list(dims)
     except TypeError:
-        raise TypeError(f"fd.ops.{name}: dims must be an int or a list of ints, got {dims!r}") from None
+        raise DefinitionTypeError(f"fd.ops.{name}: dims must be an int or a list of ints, got {dims!r}") from None
     for d in out:
         if not isinstance(d, int) or isinstance(d, bool):
-            raise TypeError(f"fd.ops.{name}: dims must be ints, got {d!r}")
+            raise DefinitionTypeError(f"fd.ops.{name}: dims must be ints, got {d!r}")
     return out
+
+
+def _merge_dim(name: str, dims: Any, dim: Any) -> list[int] | None:
+    """`dims` and nvFuser's `dim=` (the int overload) as one list; None when neither is given."""
+    if dim is not None:
+        if dims is not None:
+            raise DefinitionTypeError(f"fd.ops.{name}: pass dims or dim, not both")
+        dims = dim
+    return None if dims is None else _dims(name, dims)
+
+
+def _wrapped(name: str, dims: Sequence[int]) -> list[int]:
+    """Dims of a permutation-like argument with negative ones wrapped (nvFuser records them so)."""
+    dims = _dims(name, dims)
+    n = len(dims)
+    return [d + n if -n <= d < 0 else d for d in dims]  # the builder checks the permutation
 
 
 def _normalized(name: str, dims: Sequence[int], ndim: int) -> list[int]:
     try:
         return [irops.normalize_dims([d], ndim, "dim")[0] for d in dims]
     except (IndexError, TypeError, ValueError) as err:
-        raise type(err)(f"fd.ops.{name}: {err}") from None
+        raise nvfuser_style(err, f"fd.ops.{name}: {err}") from None
 
 
 __all__ = ["Operators", "IrScalar"]

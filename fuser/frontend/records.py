@@ -1,9 +1,15 @@
-"""Records: one per definition call, the unit of the structural cache and of repro printing."""
+"""Records: one per definition call, the unit of the structural cache and of repro printing.
+
+Printing follows nvFuser's `RecordFunctor::print`: positional arguments, then the keyword
+arguments the record names; a constant nvFuser defines *inline* (the ints of a shape list
+given to an op, a default slice stride) is printed in place of its state (`shape=[2, S3]`)
+and has no line of its own.
+"""
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping
 
 from fuser.ir import DataType
 
@@ -21,24 +27,33 @@ class StateRef:
 
 @dataclass(frozen=True)
 class Record:
-    """One call: `outputs = fd.<name>(*args, **kwargs)` with states as StateRefs."""
+    """One call: `outputs = fd.<name>(*args, **kwargs)` with states as StateRefs.
+
+    `inline` marks a constant scalar or vector nvFuser defines inside another call: it is
+    printed where it is read; it is not part of the record's identity (as in nvFuser)."""
 
     name: str
     args: tuple
     kwargs: tuple  # ((key, value), ...) in printing order
     outputs: tuple  # StateRefs
+    inline: bool = False
 
     def key(self) -> tuple:
         """A hashable identity: equal keys mean equal operations (1, 1.0 and True differ)."""
         return (self.name, _key(self.args), _key(self.kwargs), self.outputs)
 
-    def python(self) -> str:
-        """The call as a line of a repro script."""
-        parts = [format_value(a) for a in self.args] + [f"{k}={format_value(v)}" for k, v in self.kwargs]
+    def python(self, inline: Mapping[int, "Record"] | None = None) -> str:
+        """The call as a line of a repro script; states in `inline` print as their values."""
+        inline = inline or {}
+        parts = [format_value(a, inline) for a in self.args] + [f"{k}={format_value(v, inline)}" for k, v in self.kwargs]
         call = f"fd.{self.name}({', '.join(parts)})"
         if not self.outputs:
             return call
         return f"{', '.join(str(o) for o in self.outputs)} = {call}"
+
+    def inline_text(self, inline: Mapping[int, "Record"]) -> str:
+        """How an inline-defined constant prints where it is read: its value, or a list."""
+        return format_value(self.args[0], inline)
 
 
 def _key(v: Any) -> Any:
@@ -55,10 +70,11 @@ def _key(v: Any) -> Any:
     return v
 
 
-def format_value(v: Any) -> str:
-    """A value as the seeds' repro scripts spell it."""
+def format_value(v: Any, inline: Mapping[int, Record] | None = None) -> str:
+    """A value as nvFuser prints it in a definition."""
     if isinstance(v, StateRef):
-        return str(v)
+        rec = (inline or {}).get(v.index)
+        return rec.inline_text(inline) if rec is not None else str(v)
     if isinstance(v, DataType):
         return f"DataType.{v.name}"
     if isinstance(v, bool) or v is None:
@@ -66,18 +82,20 @@ def format_value(v: Any) -> str:
     if isinstance(v, float):
         return format_float(v)
     if isinstance(v, complex):
-        return f"complex({format_float(v.real)}, {format_float(v.imag)})"
+        # nvFuser's `real+imagj` (a negative imaginary part prints as +-x, still Python)
+        return f"{format_float(v.real)}+{format_float(v.imag)}j"
     if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(format_value(x) for x in v) + "]"
+        return "[" + ", ".join(format_value(x, inline) for x in v) + "]"
     return repr(v)
 
 
 def format_float(x: float) -> str:
-    """nvFuser's `%#.6g` spelling (1.00000, 0.000976562) when it round-trips, else exact."""
+    """nvFuser's `std::showpoint` spelling (1.00000, 0.000976562, float("inf")) when it reads
+    back as the same number, else the exact repr (nvFuser would print six digits)."""
     if math.isnan(x):
-        return "float('nan')"
+        return 'float("nan")'
     if math.isinf(x):
-        return "float('inf')" if x > 0 else "float('-inf')"
+        return 'float("inf")' if x > 0 else 'float("-inf")'
     short = f"{x:#.6g}"
     if "e" in short:
         mant, exp = short.split("e")

@@ -9,10 +9,17 @@ from .records import Record, StateRef
 def replay(records: Sequence[Record], fd: Any) -> None:
     """Re-issue each recorded call on `fd` (which must be open), mapping states by index."""
     offset = len(fd._state_vals)
+    # a constant defined inline is passed as its value (an int, a list): the call that reads
+    # it defines it inline again, as it did the first time
+    inline = {o.index: r for r in records if r.inline for o in r.outputs}
+    index = {}  # original state index -> the state the replay made for it
 
     def resolve(v: Any) -> Any:
         if isinstance(v, StateRef):
-            return _handle(fd, v.index + offset)
+            rec = inline.get(v.index)
+            if rec is not None:
+                return resolve(rec.args[0])
+            return _handle(fd, index.get(v.index, v.index + offset))
         if isinstance(v, list):
             return [resolve(x) for x in v]
         if isinstance(v, tuple):
@@ -20,10 +27,14 @@ def replay(records: Sequence[Record], fd: Any) -> None:
         return v
 
     for r in records:
+        if r.inline:
+            continue
         target = fd
         for part in r.name.split("."):
             target = getattr(target, part)
-        target(*resolve(r.args), **{k: resolve(v) for k, v in r.kwargs})
+        result = target(*resolve(r.args), **{k: resolve(v) for k, v in r.kwargs})
+        made = result if isinstance(result, tuple) else (result,) if result is not None else ()
+        index.update((o.index, h.index) for o, h in zip(r.outputs, made))
 
 
 def _handle(fd: Any, index: int) -> Any:

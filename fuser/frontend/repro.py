@@ -1,6 +1,8 @@
-"""Printing a definition as Python, in the repro format of nvFuser's issue reports."""
+"""Printing a definition as Python exactly as nvFuser's `FusionDefinition` prints it, and
+the repro scripts built around it (nvFuser's `repro_script_for` layout)."""
 from __future__ import annotations
 
+import re
 from typing import Any, Sequence
 
 import torch
@@ -8,57 +10,65 @@ import torch
 from .records import Record
 
 
-def definition_text(records: Sequence[Record], fusion_id: int) -> str:
-    """`def nvfuser_fusion_idN(fd : FusionDefinition) -> None :` and one line per record."""
-    lines = [f"def nvfuser_fusion_id{fusion_id}(fd : FusionDefinition) -> None :"]
-    lines += [f"    {r.python()}" for r in records]
-    return "\n".join(lines) + "\n"
+def definition_text(records: Sequence[Record], fusion_id: int | None) -> str:
+    """`str(fd)`: a newline, `def nvfuser_fusion_idN(fd : FusionDefinition) -> None :`, one
+    indented line per record not defined inline, and a blank line (nvFuser's layout)."""
+    name = f"nvfuser_fusion_id{fusion_id}" if fusion_id is not None else "nvfuser_incomplete_fusion"
+    inline = {o.index: r for r in records if r.inline for o in r.outputs}
+    lines = [f"\ndef {name}(fd : FusionDefinition) -> None :"]
+    lines += [f"    {r.python(inline)}" for r in records if not r.inline]
+    return "\n".join(lines) + "\n\n"
 
 
 def input_text(x: Any) -> str:
-    """A Python expression building a fresh input like `x` (same dtype, shape, strides, device)."""
+    """A Python expression building an input like `x`: `torch.testing.make_tensor` for a
+    contiguous tensor, random storage viewed with `as_strided` otherwise (nvFuser's)."""
     if not isinstance(x, torch.Tensor):
-        return repr(x)
+        # nan and inf print bare; Python needs them spelled as floats
+        text = re.sub(r"\binf\b", 'float("inf")', str(x))
+        return re.sub(r"\bnan\b", 'float("nan")', text)
     dev = f"'{x.device}'"
-    dtype = str(x.dtype)
-    if x.ndim == 0:
-        storage = 1
-    else:
-        storage = 1 + sum((s - 1) * st for s, st in zip(x.shape, x.stride()) if s > 0)
-        if 0 in x.shape:
+    size = tuple(x.size())
+    if x.is_contiguous():
+        return f"torch.testing.make_tensor({size}, dtype={x.dtype}, device={dev})"
+    storage = 1
+    for s, st in zip(x.size(), x.stride()):
+        if s == 0:
             storage = 0
-    size = tuple(x.shape)
-    stride = tuple(x.stride())
-    if x.dtype.is_floating_point or x.dtype.is_complex:
-        if x.dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
-            base = f"torch.randn(({storage},), dtype=torch.float32, device={dev}).to({dtype})"
-        else:
-            base = f"torch.randn(({storage},), dtype={dtype}, device={dev})"
-    elif x.dtype is torch.bool:
-        base = f"torch.randint(0, 2, ({storage},), dtype={dtype}, device={dev})"
+            break
+        storage += (s - 1) * st
+    if x.dtype in (torch.float8_e4m3fn, torch.float8_e5m2):  # randn has no fp8 kernel
+        base = f"torch.randn({storage}, dtype=torch.float32, device={dev}).to({x.dtype})"
+    elif x.dtype.is_floating_point or x.dtype.is_complex:
+        base = f"torch.randn({storage}, dtype={x.dtype}, device={dev})"
     else:
-        base = f"torch.randint(0, 10, ({storage},), dtype={dtype}, device={dev})"
-    if x.ndim == 0:
-        return f"{base}.reshape(())"
-    return f"{base}.as_strided({size}, {stride})"
+        upper = 2 if x.dtype is torch.bool else 10
+        base = f"torch.randint(0, {upper}, ({storage},), dtype={x.dtype}, device={dev})"
+    return f"{base}.as_strided({size}, {tuple(x.stride())})"
 
 
-def repro_script(records: Sequence[Record], fusion_id: int, inputs: Sequence[Any] | None) -> str:
-    """A runnable script: imports, the definition, inputs like `inputs`, and the execute call."""
+def repro_script(records: Sequence[Record], fusion_id: int | None, inputs: Sequence[Any] | None) -> str:
+    """A runnable script in nvFuser's layout: version comments, imports, the definition,
+    `with FusionDefinition() as fd:`, inputs like `inputs`, and `fd.execute(inputs)`."""
     from fuser import __version__
+    from fuser.compat.version import NVFUSER_VERSION
 
-    head = [
-        f"# fuser version: {__version__}",
-        f"# torch version: {torch.__version__}",
-        "import torch",
-        "from fuser import FusionDefinition, DataType",
-        "",
-        definition_text(records, fusion_id),
-        "with FusionDefinition() as fd:",
-        f"    nvfuser_fusion_id{fusion_id}(fd)",
-        "",
-    ]
-    if inputs is None:
-        return "\n".join(head)
-    body = ["inputs = ["] + [f"    {input_text(x)}," for x in inputs] + ["]", "fd.execute(inputs)", ""]
-    return "\n".join(head + body)
+    name = f"nvfuser_fusion_id{fusion_id}" if fusion_id is not None else "nvfuser_incomplete_fusion"
+    msg = "# CUDA devices:\n"
+    for i in range(torch.cuda.device_count()):
+        msg += f"#  {i}: {torch.cuda.get_device_name(i)}\n"
+    msg += (
+        f"# torch version: {torch.__version__}\n"
+        f"# cuda version: {torch.version.cuda}\n"
+        f"# nvfuser version: {NVFUSER_VERSION}\n"
+        f"# fuser version: {__version__}\n"
+        "import torch\n"
+        # fuser's own import: the script runs where nvFuser is not installed
+        "from fuser import FusionDefinition, DataType\n"
+        f"{definition_text(records, fusion_id)}"
+        "with FusionDefinition() as fd:\n"
+        f"    {name}(fd)\n"
+    )
+    if inputs is not None:
+        msg += "\ninputs = [\n" + "".join(f"    {input_text(x)},\n" for x in inputs) + "]\nfd.execute(inputs)\n"
+    return msg

@@ -26,6 +26,7 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 from fuser.ir import (
+    AtenOp,
     BinaryOp,
     BinaryOpType,
     BroadcastOp,
@@ -230,8 +231,8 @@ class _Translator:
 
     # --- composites --------------------------------------------------------------------------------
     def int_div(self, e: BinaryOp, ceil: bool) -> _State:
-        """Integer a / b truncated (extent division) or rounded up (ceilDiv), through double:
-        exact for the magnitudes of extents (below 2**53)."""
+        """Integer a / b rounded up (ceilDiv, which fd.ops lacks) or truncated, through
+        double: exact for the magnitudes of extents (below 2**53)."""
         a = self.ops.cast(self.operand(e.inputs[0]), dtype=DataType.Double)
         b = self.ops.cast(self.operand(e.inputs[1]), dtype=DataType.Double)
         q = self.ops.div(a, b)
@@ -253,12 +254,17 @@ def _unary(tr: _Translator, e: UnaryOp) -> None:
 
 def _binary(tr: _Translator, e: BinaryOp) -> None:
     op = e.op_type
-    if op is BinaryOpType.CeilDiv or (op is BinaryOpType.Div and e.output.dtype.is_integral):
-        tr.bind(e.output, tr.int_div(e, ceil=op is BinaryOpType.CeilDiv))
+    if op is BinaryOpType.CeilDiv:
+        tr.bind(e.output, tr.int_div(e, ceil=True))
         return
     a = tr.operand(e.inputs[0])
     b = tr.operand(e.inputs[1])
-    tr.bind(e.output, getattr(tr.ops, op.value)(a, b))
+    name = op.value
+    if op is BinaryOpType.Div and not e.output.dtype.is_integral and all(
+        v.dtype.is_integral or v.dtype.is_boolean for v in e.inputs
+    ):
+        name = "truediv"  # integers divided into a float: `div` would truncate
+    tr.bind(e.output, getattr(tr.ops, name)(a, b))
 
 
 def _ternary(tr: _Translator, e: TernaryOp) -> None:
@@ -427,6 +433,14 @@ def _linear(tr: _Translator, e: LinearOp) -> None:
     tr.bind(e.output, tr.ops.linear(x, w, bias=bias))
 
 
+def _aten(tr: _Translator, e: AtenOp) -> None:
+    kwargs = dict(e.params)
+    kwargs.update((name, tr.operand(v)) for name, v in zip(e.arg_names, e.inputs))
+    result = getattr(tr.ops, e.name)(**kwargs)
+    for v, h in zip(e.outputs, result if isinstance(result, tuple) else (result,)):
+        tr.bind(v, h)
+
+
 _HANDLERS: dict[type, Callable[[_Translator, Any], None]] = {
     UnaryOp: _unary,
     BinaryOp: _binary,
@@ -451,6 +465,7 @@ _HANDLERS: dict[type, Callable[[_Translator, Any], None]] = {
     ScatterOp: _scatter,
     MatmulOp: _matmul,
     LinearOp: _linear,
+    AtenOp: _aten,
 }
 
 # scalar-valued expressions (constants' arithmetic, extent arithmetic)

@@ -16,8 +16,10 @@ class DataType(enum.Enum):
     BFloat16 = "BFloat16"
     Float8_e4m3fn = "Float8_e4m3fn"
     Float8_e5m2 = "Float8_e5m2"
+    Float4_e2m1fn_x2 = "Float4_e2m1fn_x2"
     Int = "Int"
     Int32 = "Int32"
+    UInt64 = "UInt64"
     Bool = "Bool"
     ComplexFloat = "ComplexFloat"
     ComplexDouble = "ComplexDouble"
@@ -35,7 +37,7 @@ class DataType(enum.Enum):
 
     @property
     def is_integral(self) -> bool:
-        return self in (DataType.Int, DataType.Int32)
+        return self in (DataType.Int, DataType.Int32, DataType.UInt64)
 
     @property
     def is_boolean(self) -> bool:
@@ -108,8 +110,10 @@ _TO_TORCH = {
     DataType.BFloat16: torch.bfloat16,
     DataType.Float8_e4m3fn: torch.float8_e4m3fn,
     DataType.Float8_e5m2: torch.float8_e5m2,
+    DataType.Float4_e2m1fn_x2: torch.float4_e2m1fn_x2,
     DataType.Int: torch.int64,
     DataType.Int32: torch.int32,
+    DataType.UInt64: torch.uint64,
     DataType.Bool: torch.bool,
     DataType.ComplexFloat: torch.complex64,
     DataType.ComplexDouble: torch.complex128,
@@ -126,8 +130,10 @@ _CPP = {
     DataType.BFloat16: "__bfloat",
     DataType.Float8_e4m3fn: "__e4m3",
     DataType.Float8_e5m2: "__e5m2",
+    DataType.Float4_e2m1fn_x2: "__e2m1",
     DataType.Int: "int64_t",
     DataType.Int32: "int",
+    DataType.UInt64: "uint64_t",
     DataType.Bool: "bool",
     DataType.ComplexFloat: "std::complex<float>",
     DataType.ComplexDouble: "std::complex<double>",

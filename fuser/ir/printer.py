@@ -16,6 +16,7 @@ from .exprs import (
     GatherOp,
     IndexSelectOp,
     IotaOp,
+    AtenOp,
     LinearOp,
     LoadStoreOp,
     LoadStoreOpType,
@@ -238,6 +239,11 @@ def expr_str(e: Expr) -> str:
     if isinstance(e, ScatterOp):
         a, idx, src = (val_str(v) for v in e.inputs)
         return f"{out}\n   = scatter( {a}, dim = {e.dim}, {idx}, {src} )\n"
+    if isinstance(e, AtenOp):  # before MatmulOp, which it derives from
+        args = ", ".join(val_str(v) for v in e.inputs)
+        params = "".join(f", {k} = {_param(v)}" for k, v in e.params)
+        outs = ",\n".join(val_str(o) for o in e.outputs)
+        return f"{outs}\n   = {e.name}( {args}{params} )\n"
     if isinstance(e, MatmulOp):
         a, b = (val_str(v) for v in e.inputs)
         return f"{out}\n   = matmul({a},\n          {b})\n"
@@ -245,6 +251,12 @@ def expr_str(e: Expr) -> str:
         args = ",\n          ".join(val_str(v) for v in e.inputs)
         return f"{out}\n   = linear({args})\n"
     raise TypeError(f"no printer for {type(e).__name__}")
+
+
+def _param(v: object) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return "none" if v is None else str(v)
 
 
 def _assign(e: Expr, out: str, rhs: str) -> str:

@@ -74,7 +74,9 @@ _REAL_ONLY_BINARY = frozenset(
         BinaryOpType.Nextafter,
     }
 )
-_FLOAT_RESULT_BINARY = frozenset({BinaryOpType.Div, BinaryOpType.Atan2})
+# ops whose integer and bool operands compute in the default float type (nvFuser's
+# float_op_config); `div` is not one: integer div truncates toward zero, as in C
+_FLOAT_RESULT_BINARY = frozenset({BinaryOpType.Atan2})
 
 
 def _tensors(args: Sequence[Val]) -> list[TensorView]:
@@ -131,8 +133,12 @@ def _new_output(operands: Sequence[Val], dtype: DataType) -> Val:
 
 
 def _promoted(operands: Sequence[Val]) -> DataType:
-    """PyTorch's result type: tensors with dimensions outrank 0-dim tensors, which outrank
-    scalars (wrapped numbers); a lower tier counts only where its category is higher."""
+    """nvFuser's common dtype (`computeTypes`): operands of one dtype keep it (two Double
+    scalars stay Double); otherwise PyTorch's result type, where tensors with dimensions
+    outrank 0-dim tensors, which outrank scalars (wrapped numbers), and a lower tier counts
+    only where its category is higher."""
+    if len({a.dtype for a in operands}) == 1:
+        return operands[0].dtype
     tvs = [a for a in operands if isinstance(a, TensorView)]
     scalars = [a.dtype for a in operands if not isinstance(a, TensorView)]
     if not tvs:
@@ -240,6 +246,8 @@ def binary_output_dtype(op: BinaryOpType, operands: Sequence[Val]) -> DataType:
     promoted = _promoted(operands)
     if op in _NO_BOOL_RESULT_BINARY and promoted.is_boolean:
         raise TypeError(f"{name} is not defined for bool operands")
+    if op is BinaryOpType.Div and promoted.is_boolean:
+        raise TypeError("div is not defined for bool operands; cast them, or use truediv")
     if op is BinaryOpType.Nextafter and not promoted.is_floating:
         raise TypeError(f"nextafter needs operands that promote to a floating-point type, got {', '.join(map(str, dts))}")
     if op.is_comparison or op.is_logical:
@@ -276,6 +284,19 @@ def binary(op: BinaryOpType, a: Operand, b: Operand) -> Operand:
     return out
 
 
+def truediv(a: Operand, b: Operand) -> Operand:
+    """a / b as Python's `/`: integer and bool operands divide in the default float type
+    (nvFuser's truediv); floating and complex ones as `div`."""
+    _check_operands("truediv", [a, b])
+    dtype = _promoted([a, b])
+    if dtype.is_integral or dtype.is_boolean:
+        dtype = DataType.Float
+    a, b = _align_ranks([a, b])
+    out = _new_output([a, b], dtype)
+    BinaryOp([a, b], [out], op_type=BinaryOpType.Div)
+    return out
+
+
 def ternary(op: TernaryOpType, a: Operand, b: Operand, c: Operand) -> Operand:
     """where(cond, x, y), lerp(start, end, weight), clamp(x, lo, hi), threshold(x, th, value)."""
     operands = [a, b, c]
@@ -283,10 +304,9 @@ def ternary(op: TernaryOpType, a: Operand, b: Operand, c: Operand) -> Operand:
     if op is TernaryOpType.Where:
         if not a.dtype.is_boolean:
             raise TypeError(f"where needs a bool condition, got {a.dtype}")
+        # nvFuser promotes the two branches only: where(cond, 3.0, 5.0) is Double, also
+        # for a tensor condition (PyTorch would give its default float type)
         dtype = _promoted([b, c])
-        if isinstance(a, TensorView) and not _tensors([b, c]):
-            # two numbers into a tensor: PyTorch's default type of their category (1.5 -> Float)
-            dtype = result_type([DataType.Bool], [dtype])
     elif op is TernaryOpType.Lerp:
         dtype = _promoted(operands)
         tensor_dtypes = {x.dtype for x in _tensors(operands)}

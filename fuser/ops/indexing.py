@@ -45,11 +45,16 @@ def select(x: TensorView, index: Scalar, dim: int) -> TensorView:
 
 
 def index_select(x: TensorView, index: TensorView, dim: int) -> TensorView:
-    """torch.index_select: axis `dim` replaced by the positions in the 1-D `index`."""
+    """torch.index_select: axis `dim` replaced by the positions in the 1-D `index`; a 0-dim
+    index selects one slice and keeps the axis with extent 1 (nvFuser's select + unsqueeze)."""
+    from .reduction import broadcast
+
     _tensor("index_select", "arg", x)
     index = _index_tensor("index_select", index)
+    if index.ndim == 0:
+        index = broadcast(index, [True])
     if index.ndim != 1:
-        raise ValueError(f"index_select: index must be 1-D, got {index.ndim} dimensions")
+        raise ValueError(f"index_select: index must be 1-D or 0-D, got {index.ndim} dimensions")
     ids = x.logical_no_reductions()
     (dim,) = normalize_dims([dim], len(ids), "dim")
     n = index.logical_no_reductions()[0]
@@ -72,10 +77,15 @@ def gather(x: TensorView, index: TensorView, dim: int, exact_sizes: bool = False
     return out
 
 
-def scatter(x: TensorView, index: TensorView, src: TensorView, dim: int) -> TensorView:
-    """torch.scatter: a copy of `x` with `src` written at `index` along `dim`."""
+def scatter(x: TensorView, index: TensorView, src: TensorView | Scalar, dim: int) -> TensorView:
+    """torch.scatter: a copy of `x` with `src` written at `index` along `dim`; a scalar
+    `src` writes its value (cast to `x`'s dtype) at every index."""
     _tensor("scatter", "arg", x)
     index = _index_tensor("scatter", index)
+    if isinstance(src, Scalar):
+        from .factory import full
+
+        src = full([i.user_extent for i in index.logical_no_reductions()], src, x.dtype)
     src = _tensor("scatter", "src", src)
     if not (index.ndim == src.ndim == x.ndim):
         raise ValueError(f"scatter: arg, index and src need equal ranks, got {x.ndim}, {index.ndim}, {src.ndim}")

@@ -5,6 +5,7 @@ import math
 from typing import Sequence, Union
 
 from fuser.ir import (
+    BinaryOpType,
     CatOp,
     DataType,
     ExpandOp,
@@ -281,7 +282,11 @@ def _normalize_index(idx: Extent, extent: Scalar, manual: bool) -> Scalar:
         return ext.minimum(c, extent)
     if c is not None:
         return ext.maximum(ext.add(extent, c), 0)
-    raise ValueError("slice: symbolic slice bounds need manual_normalization=True")
+    # a computed bound (e.g. from fd.ops.size): nvFuser's normalisation, evaluated per call:
+    # where(idx < 0, idx + extent, idx), clamped to [0, extent]
+    idx = _scalar(idx)
+    wrapped = arith.where(arith.binary(BinaryOpType.Lt, idx, _scalar(0)), ext.add(idx, extent), idx)
+    return ext.minimum(ext.maximum(wrapped, 0), extent)
 
 
 def slice_(

@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from fuser.ir import (
+    AtenOp,
     BinaryOp,
     BinaryOpType,
     BroadcastOp,
@@ -307,6 +308,9 @@ def _binary(ex: ReferenceExecutor, e: BinaryOp, args: list) -> list:
     if isinstance(a, torch.Tensor) != isinstance(b, torch.Tensor):
         # a Python number beside a tensor: many torch functions take it only second
         a, b = _as_tensors(a, b)
+    if e.op_type is BinaryOpType.Div and (out.is_integral or out.is_boolean):
+        # nvFuser's integer div (`div`, extent arithmetic): C's truncation toward zero
+        return [_to(torch.div(a, b, rounding_mode="trunc"), out)]
     if e.op_type is BinaryOpType.Div and out.is_floating and not out.is_reduced_float:
         a, b = _as_float(a, out), _as_float(b, out)
     return [_to(_BINARY[e.op_type](a, b), out)]
@@ -421,10 +425,15 @@ def _unsqueeze_all(x: torch.Tensor, flags: Sequence[bool]) -> torch.Tensor:
 def _squeeze(ex: ReferenceExecutor, e: SqueezeOp, args: list) -> list:
     (x,) = args
     index = []
+    ids = e.input.logical_no_reductions()
     for k, f in enumerate(e.flags):
-        if f and x.shape[k] != 1 and x.stride(k) != 0:
+        # an expanded axis holds copies of one value, whether or not this tensor stores them
+        if f and x.shape[k] != 1 and x.stride(k) != 0 and not ids[k].has_expanded_extent:
             raise EvaluationError(f"squeeze of dimension {k} of {e.input!r}, whose size is {x.shape[k]}, not 1")
         index.append(0 if f else slice(None))
+    if any(f and x.shape[k] == 0 for k, f in enumerate(e.flags)):
+        # no copy to take: any value will do (a reduction over the axis scales it by 0)
+        return [x.new_zeros([n for n, f in zip(x.shape, e.flags) if not f])]
     return [x[tuple(index)]]
 
 
@@ -497,15 +506,27 @@ def _rng(ex: ReferenceExecutor, e: RNGOp, args: list) -> list:
     ndim = len(e.output.logical)
     shape = [int(s) for s in args[:ndim]]
     p1, p2 = args[ndim], args[ndim + 1]
-    gen = None
-    if e.has_seed:
-        seed, offset = int(args[ndim + 2]), int(args[ndim + 3])
-        gen = torch.Generator(device=ex.device).manual_seed((seed * 1_000_003 + offset) & 0x7FFFFFFFFFFFFFFF)
+    # without a seed, PyTorch's generator of the device: each call draws new numbers and
+    # advances it (torch.manual_seed makes runs repeat), as nvFuser's unseeded RNG does
+    gen = _seeded_generator(ex.device, int(args[ndim + 2]), int(args[ndim + 3])) if e.has_seed else None
+    dt = torch.float64 if e.output.dtype is DataType.Double else torch.float32
     if e.rng_type is RNGOpType.Uniform:
-        r = torch.rand(shape, generator=gen, device=ex.device) * (p2 - p1) + p1
+        r = torch.rand(shape, generator=gen, device=ex.device, dtype=dt) * (p2 - p1) + p1
     else:
-        r = torch.randn(shape, generator=gen, device=ex.device) * p2 + p1
+        r = torch.randn(shape, generator=gen, device=ex.device, dtype=dt) * p2 + p1
     return [r.to(e.output.dtype.torch)]
+
+
+def _seeded_generator(device: torch.device, seed: int, offset: int) -> torch.Generator:
+    """A generator at (rng_seed, rng_offset): the same numbers for the same pair. On CUDA it
+    is PyTorch's philox state itself (what torch.cuda draws at that seed and offset, as
+    Thunder's uniform_philox); CPU generators have no offset, so both seed it."""
+    gen = torch.Generator(device=device)
+    if device.type == "cuda" and offset % 4 == 0:  # philox offsets advance in steps of 4
+        gen.manual_seed(seed)
+        gen.set_offset(offset)
+        return gen
+    return gen.manual_seed((seed * 1_000_003 + offset) & 0x7FFFFFFFFFFFFFFF)
 
 
 def _select(ex: ReferenceExecutor, e: SelectOp, args: list) -> list:
@@ -544,6 +565,87 @@ def _linear(ex: ReferenceExecutor, e: LinearOp, args: list) -> list:
     return [F.linear(x, w, *bias).to(e.output.dtype.torch)]
 
 
+def _aten(ex: ReferenceExecutor, e: AtenOp, args: list) -> list:
+    """Ops only ATen runs: each by its fd.ops name, with named tensor/scalar arguments."""
+    kw = dict(e.params)
+    kw.update(zip(e.arg_names, args))
+    outs = _ATEN[e.name](ex, e, kw)
+    return [o.to(v.dtype.torch) if isinstance(o, torch.Tensor) and o.dtype != v.dtype.torch and e.name != "bitcast" else o
+            for o, v in zip(outs, e.outputs)]
+
+
+def _opt(x: Any, kind: type) -> Any:
+    return None if x is None else kind(x)
+
+
+def _sdpfa_fwd(ex: ReferenceExecutor, e: AtenOp, kw: dict) -> list:
+    q, k, v = kw["query"], kw["key"], kw["value"]
+    p, causal, scale = float(kw["dropout_p"] or 0.0), bool(kw["is_causal"] or False), _opt(kw["scale"], float)
+    seed_v, offset_v = e.outputs[2], e.outputs[3]
+    if q.is_cuda:
+        out, lse, _, _, _, _, seed, offset, _ = torch.ops.aten._scaled_dot_product_flash_attention(
+            q, k, v, p, causal, return_debug_mask=False, scale=scale)
+    else:  # the CPU flash kernel draws no dropout mask: a CPU fusion with dropout is refused
+        if p > 0.0:
+            raise EvaluationError("sdpfa_fwd with dropout needs CUDA tensors")
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, p, causal, attn_mask=None, scale=scale)
+        seed = torch.zeros([int(ex.value(i.extent)) for i in seed_v.logical], dtype=seed_v.dtype.torch)
+        offset = torch.zeros([], dtype=offset_v.dtype.torch)
+    return [out, lse, seed, offset]
+
+
+def _sdpfa_bwd(ex: ReferenceExecutor, e: AtenOp, kw: dict) -> list:
+    g, q, k, v, out, lse = (kw[n] for n in ("grad_output", "query", "key", "value", "output", "log_sumexp"))
+    p, causal, scale = float(kw["dropout_p"] or 0.0), bool(kw["is_causal"] or False), _opt(kw["scale"], float)
+    if q.is_cuda:
+        grads = torch.ops.aten._scaled_dot_product_flash_attention_backward(
+            g, q, k, v, out, lse, None, None, q.shape[2], k.shape[2], p, causal, kw["philox_seed"], kw["philox_offset"],
+            scale=scale)
+    else:
+        if p > 0.0:
+            raise EvaluationError("sdpfa_bwd with dropout needs CUDA tensors")
+        grads = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
+            g, q, k, v, out, lse, p, causal, attn_mask=None, scale=scale)
+    return list(grads)
+
+
+def _grouped_mm(ex: ReferenceExecutor, e: AtenOp, kw: dict) -> list:
+    a, b, offs = kw["mat1"], kw["mat2"], kw["offsets"]
+    if a.is_cuda and hasattr(torch, "_grouped_mm"):
+        try:
+            return [torch._grouped_mm(a, b, offs=offs)]
+        except RuntimeError:  # dtypes or architectures its kernel lacks: the loop below
+            pass
+    ends = [int(x) for x in offs.tolist()]
+    starts = [0] + ends[:-1]
+    if a.ndim == 2 and b.ndim == 3:  # groups of rows of a, one matrix of b each
+        out = a.new_zeros(a.shape[0], b.shape[2])
+        for gi, (s, t) in enumerate(zip(starts, ends)):
+            out[s:t] = a[s:t] @ b[gi]
+        return [out]
+    if a.ndim == 3 and b.ndim == 2:  # groups of columns of b, one matrix of a each
+        out = a.new_zeros(a.shape[1], b.shape[1])
+        for gi, (s, t) in enumerate(zip(starts, ends)):
+            out[:, s:t] = a[gi] @ b[:, s:t]
+        return [out]
+    return [torch.stack([a[:, s:t] @ b[s:t] for s, t in zip(starts, ends)])]  # groups of the contraction
+
+
+_ATEN: dict[str, Callable[[ReferenceExecutor, AtenOp, dict], list]] = {
+    "argsort": lambda ex, e, kw: [torch.argsort(kw["arg"], dim=kw["dim"], descending=kw["descending"], stable=kw["stable"])],
+    "topk": lambda ex, e, kw: list(torch.topk(kw["arg"], int(kw["k"]), dim=kw["dim"], largest=kw["largest"], sorted=kw["sorted"])),
+    "embedding_fwd": lambda ex, e, kw: [F.embedding(
+        kw["input"], kw["weight"], _opt(kw["padding_idx"], int), _opt(kw["max_norm"], float),
+        2.0 if kw["norm_type"] is None else float(kw["norm_type"]), bool(kw["scale_grad_by_freq"] or False),
+        bool(kw["sparse"] or False))],
+    "sdpfa_fwd": _sdpfa_fwd,
+    "sdpfa_bwd": _sdpfa_bwd,
+    "grouped_mm": _grouped_mm,
+    "bitcast": lambda ex, e, kw: [kw["arg"].view(kw["dtype"].torch)],
+    "ndtri": lambda ex, e, kw: [torch.special.ndtri(_compute(kw["arg"]) if kw["arg"].is_floating_point() else kw["arg"].float())],
+}
+
+
 _HANDLERS: dict[type, Callable[[ReferenceExecutor, Any, list], list]] = {
     UnaryOp: _unary,
     BinaryOp: _binary,
@@ -568,6 +670,7 @@ _HANDLERS: dict[type, Callable[[ReferenceExecutor, Any, list], list]] = {
     ScatterOp: _scatter,
     MatmulOp: _matmul,
     LinearOp: _linear,
+    AtenOp: _aten,
 }
 
 
