@@ -61,10 +61,34 @@ def _init_value(op: BinaryOpType, dtype: DataType) -> Scalar:
     return Scalar(dtype, -math.inf if op is BinaryOpType.Max else math.inf)
 
 
+def _split_broadcast(x: TensorView, dims: list[int]) -> tuple[TensorView, list[int], Scalar | None]:
+    """`x` with the broadcast axes among `dims` squeezed away, the remaining `dims`
+    renumbered for it, and how many times each element repeats along the squeezed axes
+    (the product of their expanded extents; None when every one has extent 1).
+
+    A reduction over a broadcast axis reduces copies of one value: it is decided here, where
+    reductions are built, so no scheduler ever sees a reduction over a broadcast axis."""
+    ids = x.logical_no_reductions()
+    bcast = [d for d in dims if d < len(ids) and ids[d].is_broadcast]  # a 0-dim tensor takes dim 0
+    if not bcast:
+        return x, dims, None
+    from .shape import squeeze
+
+    count: Scalar | None = None
+    for d in bcast:
+        if ids[d].has_expanded_extent:
+            n = ids[d].expanded_extent
+            count = n if count is None else arith.binary(BinaryOpType.Mul, count, n)
+    rest = [d - sum(b < d for b in bcast) for d in dims if d not in bcast]
+    return squeeze(x, bcast, squeeze_expanded=True), rest, count
+
+
 def reduction(
     op: BinaryOpType, x: TensorView, dims: Sequence[int], keepdim: bool = False, dtype: DataType = DataType.Null
 ) -> TensorView:
-    """Reduce `x` over `dims` with add/mul/max/min; output dtype follows torch.sum/prod/amax."""
+    """Reduce `x` over `dims` with add/mul/max/min; output dtype follows torch.sum/prod/amax.
+    Broadcast axes among `dims` are squeezed first: a sum over an expanded axis of extent
+    n multiplies by n, a product raises to the n-th power, max and min keep the value."""
     if not isinstance(x, TensorView):
         raise TypeError(f"reductions need a tensor, got {type(x).__name__}")
     if x.dtype.is_complex and op in (BinaryOpType.Max, BinaryOpType.Min):
@@ -78,8 +102,17 @@ def reduction(
             dtype = x.dtype
     if dtype is not x.dtype:
         x = arith.cast(x, dtype)
-    out = TensorView(TensorDomain(_reduced_domain(x, dims)), dtype)
-    ReductionOp([x], [out], op_type=op, init=_init_value(op, dtype))
+    x, rest, count = _split_broadcast(x, dims)
+    if rest or len(dims) == 0:
+        out = TensorView(TensorDomain(_reduced_domain(x, rest)), dtype)
+        ReductionOp([x], [out], op_type=op, init=_init_value(op, dtype))
+    else:
+        out = x
+    if count is not None and op in (BinaryOpType.Add, BinaryOpType.Mul):
+        repeat = BinaryOpType.Mul if op is BinaryOpType.Add else BinaryOpType.Pow
+        out = arith.binary(repeat, out, count)
+        if out.dtype is not dtype:  # bool sums are Int already; narrow floats stay narrow
+            out = arith.cast(out, dtype)
     return keep_dims(out, dims, ndim) if keepdim else out
 
 
@@ -117,9 +150,23 @@ def welford(x: TensorView, dims: Sequence[int]) -> tuple[TensorView, TensorView,
     dtype = x.dtype if x.dtype.is_floating else DataType.Float
     if dtype is not x.dtype:
         x = arith.cast(x, dtype)
-    outs = [TensorView(TensorDomain(_reduced_domain(x, dims)), dt) for dt in (dtype, dtype, DataType.Int)]
+    x, rest, count = _split_broadcast(x, dims)
+    if not rest and dims:
+        # every reduced axis repeats one value: it is the mean, with no deviation; where the
+        # value is not finite both are NaN, as PyTorch's Welford pass over the copies gives
+        m2 = arith.binary(BinaryOpType.Sub, x, x)
+        avg = arith.binary(BinaryOpType.Add, x, m2)
+        extents = [i.user_extent for i in avg.logical_no_reductions()]
+        from .factory import full
+
+        return avg, m2, full(extents, count if count is not None else Scalar(DataType.Int, 1), DataType.Int)
+    outs = [TensorView(TensorDomain(_reduced_domain(x, rest)), dt) for dt in (dtype, dtype, DataType.Int)]
     WelfordOp([x], outs)
-    return outs[0], outs[1], outs[2]
+    avg, m2, n = outs
+    if count is not None:  # each value repeats `count` times: so do the deviations
+        m2 = arith.binary(BinaryOpType.Mul, m2, count)
+        n = arith.binary(BinaryOpType.Mul, n, count)
+    return avg, m2, n
 
 
 def var_mean(
@@ -136,7 +183,8 @@ def var_mean(
         raise TypeError(f"var_mean needs a floating-point tensor, got {x.dtype}")
     ndim = x.ndim
     dims = normalize_dims(dims, ndim)
-    avg, var_sum, n = welford(x, dims)
+    # narrow floats are reduced in float, as PyTorch does: their sum of squares overflows
+    avg, var_sum, n = welford(arith.cast(x, DataType.Float) if x.dtype.itemsize < 4 else x, dims)
     denom = arith.binary(BinaryOpType.Max, arith.binary(BinaryOpType.Sub, n, Scalar(DataType.Int, correction)), Scalar(DataType.Int, 0))
     var = arith.binary(BinaryOpType.Div, var_sum, denom)
     var, avg = arith.cast(var, x.dtype), arith.cast(avg, x.dtype)

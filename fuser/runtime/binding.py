@@ -257,12 +257,15 @@ class BindingPlan:
                     f"device (only tensors defined with is_cpu=True may be CPU scalars beside CUDA tensors)"
                 )
         if want is not None:
-            want = torch.device(want)
+            want = torch.device(want)  # an int is a CUDA index, as in nvFuser
             if found is None:
-                return want
+                return torch.device("cuda", torch.cuda.current_device()) if want == torch.device("cuda") else want
             if found.type != want.type or (want.index is not None and found.index != want.index):
                 raise InputError(f"{first.label} is on {found}, but device {want} was requested")
-        return found if found is not None else torch.device("cpu")
+        if found is None:
+            # no tensor says where: nvFuser runs on the current CUDA device when there is one
+            return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+        return found
 
 
 def _id_owners(fusion: Fusion) -> dict[IterDomain, str]:

@@ -71,9 +71,9 @@ class SchedulerRuntimeInfo:
     """
 
     def __init__(self, fusion: Fusion, inputs: Sequence[Any], *, binding: Binding | None = None,
-                 device_limits: DeviceLimits | None = None) -> None:
+                 device_limits: DeviceLimits | None = None, device: torch.device | None = None) -> None:
         self.fusion = fusion
-        self.binding = binding if binding is not None else bind_inputs(fusion, inputs)
+        self.binding = binding if binding is not None else bind_inputs(fusion, inputs, device=device)
         self.device = self.binding.device
         self.device_limits = device_limits if device_limits is not None else DeviceLimits.of(self.device)
         self._eval = ReferenceExecutor(fusion, self.device)

@@ -1,0 +1,157 @@
+"""Reductions over broadcast axes mean what PyTorch says: a sum over an expanded axis of
+extent n multiplies by n, a product raises to the n-th power, max/min keep the value,
+var_mean sees n copies of one value; a size-1 broadcast axis is a squeeze. The op
+builders decide this, so the IR never holds a reduction over a broadcast axis and no
+scheduler sees one. Each case runs on CPU and (marked gpu) on CUDA, through generated
+kernels there: these are the programs that gave wrong results on the GPU only."""
+import warnings
+
+import pytest
+import torch
+
+from fuser import DataType, FusionDefinition
+from fuser.ir import ReductionOp, WelfordOp
+from fuser.runtime.tolerance import assert_close
+
+
+@pytest.fixture(params=["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def device(request):
+    return request.param
+
+_TORCH = {DataType.Float: torch.float32, DataType.Half: torch.float16, DataType.BFloat16: torch.bfloat16,
+          DataType.Int: torch.int64, DataType.Int32: torch.int32, DataType.Bool: torch.bool}
+
+
+def _expanded_input(dtype: DataType, device: str, shape=(4, 5, 3), expand_dim: int = 0) -> torch.Tensor:
+    """A tensor whose dim `expand_dim` is expanded (stride 0) from size 1; values away from 0."""
+    small = list(shape)
+    small[expand_dim] = 1
+    td = _TORCH[dtype]
+    if td is torch.bool:
+        base = torch.rand(small, device=device) > 0.3
+    elif not td.is_floating_point:
+        base = torch.randint(-3, 4, small, device=device, dtype=td)
+    else:
+        base = (torch.rand(small, device=device) * 1.5 + 0.25) * torch.where(torch.rand(small, device=device) > 0.5, 1, -1)
+        base = base.to(td)
+    return base.expand(shape)
+
+
+def _contiguity(shape, expand_dim):
+    return [None if d == expand_dim else True for d in range(len(shape))]
+
+
+def _torch_reduce(op: str, x: torch.Tensor, dims: list[int]) -> torch.Tensor:
+    if op == "sum":
+        return x.sum(dims)
+    if op == "max":
+        return x.amax(dims)
+    if op == "min":
+        return x.amin(dims)
+    out = x
+    for d in sorted(dims, reverse=True):
+        out = out.prod(d)
+    return out
+
+
+CASES = [(op, dims, dt) for op in ("sum", "prod", "max", "min") for dims in ([0], [0, 1], [1], [0, 2], [0, 1, 2])
+         for dt in (DataType.Float, DataType.Half, DataType.Int, DataType.Bool)
+         if not (op in ("max", "min") and dt is DataType.Bool)]
+
+
+@pytest.mark.parametrize("op,dims,dtype", CASES, ids=[f"{o}-{''.join(map(str, d))}-{t.name}" for o, d, t in CASES])
+def test_reduction_over_expanded_axis(device, op, dims, dtype):
+    torch.manual_seed(0)
+    x = _expanded_input(dtype, device)
+    with FusionDefinition() as fd:
+        t0 = fd.define_tensor(shape=[-1, -1, -1], contiguity=_contiguity(x.shape, 0), dtype=dtype)
+        fd.add_output(getattr(fd.ops, op)(t0, dims=dims))
+    (out,) = fd.execute([x])
+    ref = _torch_reduce(op, x, dims)
+    assert out.dtype == ref.dtype and out.shape == ref.shape
+    assert_close(out, ref)
+
+
+def test_no_reduction_expr_reduces_a_broadcast_axis(device):
+    with FusionDefinition() as fd:
+        t0 = fd.define_tensor(shape=[-1, -1, -1], contiguity=[None, True, True], dtype=DataType.Float)
+        t1 = fd.define_tensor(shape=[1, -1], contiguity=[None, True], dtype=DataType.Float)
+        fd.add_output(fd.ops.sum(t0, dims=[0, 2]))
+        fd.add_output(fd.ops.max(t0, dims=[0]))
+        fd.add_output(fd.ops.sum(t1, dims=[0]))
+        v, m = fd.ops.var_mean(t0, dims=[0, 1])
+        fd.add_output(v)
+        fd.add_output(m)
+    fusion = fd._entry.fusion
+    reds = [e for e in fusion.exprs() if isinstance(e, (ReductionOp, WelfordOp))]
+    assert len(reds) == 2  # sum over dim 2, var_mean over dim 1; the max and t1's sum are squeezes
+    for e in reds:
+        inp, out = e.inputs[0], e.outputs[0]
+        for p, c in zip(inp.logical_no_reductions(), out.root):
+            assert not (c.is_reduction and p.is_broadcast), fusion
+    x = _expanded_input(DataType.Float, device)
+    y = torch.randn(1, 6, device=device)
+    s, mx, s1, var, mean = fd.execute([x, y])
+    assert_close(s, x.sum([0, 2]))
+    assert_close(mx, x.amax(0))
+    assert_close(s1, y.sum(0))
+    rv, rm = torch.var_mean(x, [0, 1])
+    assert_close(var, rv)
+    assert_close(mean, rm)
+
+
+@pytest.mark.parametrize("correction", [0, 1, 4, 5])
+@pytest.mark.parametrize("dims", [[0], [0, 1], [1], [0, 2]])
+def test_var_mean_over_expanded_axis(device, dims, correction):
+    torch.manual_seed(1)
+    x = _expanded_input(DataType.Float, device)
+    with FusionDefinition() as fd:
+        t0 = fd.define_tensor(shape=[-1, -1, -1], contiguity=[None, True, True], dtype=DataType.Float)
+        v, m = fd.ops.var_mean(t0, dims=dims, correction=correction)
+        fd.add_output(v)
+        fd.add_output(m)
+    var, mean = fd.execute([x])
+    with warnings.catch_warnings():  # PyTorch warns where the count does not exceed the correction
+        warnings.simplefilter("ignore")
+        rv, rm = torch.var_mean(x, dims, correction=correction)
+    assert_close(var, rv)  # NaN where the count does not exceed the correction, as PyTorch
+    assert_close(mean, rm)
+
+
+def test_var_mean_of_repeated_non_finite_values(device):
+    """PyTorch's Welford pass gives NaN for the mean and variance of repeated infinities."""
+    x = torch.tensor([[1.0, float("inf"), float("nan")]], device=device).expand(3, 3)
+    with FusionDefinition() as fd:
+        t0 = fd.define_tensor(shape=[-1, -1], contiguity=[None, True], dtype=DataType.Float)
+        v, m = fd.ops.var_mean(t0, dims=[0], correction=0)
+        fd.add_output(v)
+        fd.add_output(m)
+    var, mean = fd.execute([x])
+    rv, rm = torch.var_mean(x, [0], correction=0)
+    assert_close(var, rv)
+    assert_close(mean, rm)
+
+
+def test_issue_example_sum_over_expanded_then_broadcast_back(device):
+    """x - 1025 * x: the sum over the expanded axis is 1025 copies of x."""
+    x = torch.randn(33, dtype=torch.float16, device=device).expand(1025, 33)
+    with FusionDefinition() as fd:
+        t0 = fd.define_tensor(shape=[-1, -1], contiguity=[None, True], dtype=DataType.Half, stride_order=[1, 0])
+        t1 = fd.ops.cast(t0, DataType.Float)
+        s = fd.ops.sum(t1, dims=[0])
+        fd.add_output(fd.ops.sub(t1, fd.ops.broadcast_in_dim(s, shape=t1.shape(), broadcast_dims=[1])))
+    (out,) = fd.execute([x])
+    assert_close(out, x.float() - x.float().sum(0))
+
+
+def test_sum_over_axis_broadcast_in_dim_made(device):
+    """broadcast_in_dim to a size > 1 makes an expanded axis; summing it multiplies."""
+    x = torch.randn(7, device=device)
+    with FusionDefinition() as fd:
+        t0 = fd.define_tensor(shape=[-1], contiguity=[True], dtype=DataType.Float)
+        b = fd.ops.broadcast_in_dim(t0, shape=[5, 7], broadcast_dims=[1])
+        fd.add_output(fd.ops.sum(b, dims=[0]))
+        fd.add_output(fd.ops.sum(b, dims=[0, 1], keepdim=True))
+    s0, s01 = fd.execute([x])
+    assert_close(s0, x * 5)
+    assert_close(s01, x.expand(5, 7).sum([0, 1], keepdim=True))
