@@ -1,19 +1,30 @@
 """`python -m fuser bench` and the benchmark fusions it shares with asv, on CPU."""
+import math
 import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 from fuser.benchmarks import FUSIONS, by_name, stored_bytes
-from fuser.benchmarks.fusions import SMALL
+from fuser.benchmarks.fusions import (
+    REDUCTION_QUICK_SHAPES,
+    REDUCTION_SHAPES,
+    SERIAL_CHAIN,
+    reduction_tolerance,
+)
+from fuser.cli import bench as bench_cli
 from fuser.cli import main
-from fuser.runtime.tolerance import assert_close
+from fuser.runtime.tolerance import assert_close, tolerances
 
 REPO = Path(__file__).resolve().parent.parent
 NAMES = [f.name for f in FUSIONS]
+#: the reduction / normalisation benchmarks (issue 8, item 5)
+REDUCTION_NAMES = [f"{op}_{dt}" for dt in ("bf16", "fp32")
+                   for op in ("rmsnorm_fwd", "layernorm_fwd", "softmax_fwd", "sum_inner", "sum_outer", "var_mean")]
 
 
 def test_required_fusions_exist():
@@ -27,16 +38,55 @@ def test_required_fusions_exist():
 @pytest.mark.parametrize("name", NAMES)
 def test_fuser_matches_eager_on_cpu(name):
     f = by_name(name)
-    inputs = f.make_inputs("cpu", SMALL if f.kind == "bandwidth" else None)
+    inputs = f.make_inputs("cpu", f.small_shape if f.kind == "bandwidth" else None)
     for x in inputs:
         assert x.device.type == "cpu"
         assert x.abs().sum() > 0, "inputs must not be zeros"
     fd = f.fusion_definition()
     got = fd.execute(inputs)
     want = f.eager(inputs)
-    assert len(got) == len(want) == 1
+    assert len(got) == len(want) >= 1
     for k, (g, w) in enumerate(zip(got, want)):
-        assert_close(g, w, what=f"{name} output {k}")
+        rtol, atol = f.tolerance(inputs, w, k)
+        assert_close(g, w, what=f"{name} output {k}", rtol=rtol, atol=atol)
+
+
+def test_reduction_fusions_exist_with_their_shapes():
+    assert set(REDUCTION_NAMES) <= set(NAMES)
+    assert REDUCTION_SHAPES == ((16384, 4096), (8192, 8192), (2048, 16384), (16384, 1024), (128, 1000))
+    for name in REDUCTION_NAMES:
+        f = by_name(name)
+        assert f.kind == "bandwidth" and f.reduced
+        want = REDUCTION_SHAPES + (((16384, 8192),) if name.startswith("sum_") else ())
+        assert f.shapes == want, name
+        assert f.shape == f.shapes[0] == (16384, 4096)
+        assert f.quick_shapes == REDUCTION_QUICK_SHAPES and set(f.quick_shapes) < set(f.shapes)
+        assert f.quick_shape == f.quick_shapes[0]
+    # single-shape fusions keep their one shape (and `shapes` says so)
+    g = by_name("gelu_tanh_bf16")
+    assert g.shapes == ((16384, 8192),) and g.quick_shapes == ((8192, 8192),)
+    assert by_name("latency_gelu_8x8").shapes == ((8, 8),)
+
+
+@pytest.mark.parametrize("name", REDUCTION_NAMES)
+def test_reduction_fusions_on_cpu_at_odd_shapes(name):
+    # row lengths that are neither powers of two nor multiples of a vector: [7, 1025], and the
+    # small benchmark shape [128, 1000]
+    f = by_name(name)
+    for shape in ((7, 1025), (128, 1000)):
+        inputs = f.make_inputs("cpu", shape)
+        fd = f.fusion_definition()
+        got = fd.execute(inputs)
+        want = f.eager(inputs)
+        assert len(got) == len(want)
+        for k, (g, w) in enumerate(zip(got, want)):
+            rtol, atol = f.tolerance(inputs, w, k)
+            assert_close(g, w, what=f"{name} {shape} output {k}", rtol=rtol, atol=atol)
+        # the whole fusion is one segment, scheduled as a reduction kernel would be
+        segs = bench_cli.fuser_segments(fd)
+        assert len(segs) == 1, segs
+        sched = "reduction" if name.startswith(("sum_", "var_mean")) else "inner_persistent"
+        assert segs[0][0] == sched
 
 
 def test_inputs_are_fresh_and_shape_overridable():
@@ -52,6 +102,23 @@ def test_inputs_are_fresh_and_shape_overridable():
 
 
 def test_dtypes_of_outputs():
+    f32 = torch.float32
+    for tag, dt in (("bf16", torch.bfloat16), ("fp32", f32)):
+        outs = {
+            "rmsnorm_fwd": ([dt, f32], [(4, 6), (4, 1)]),
+            "layernorm_fwd": ([dt, f32, f32], [(4, 6), (4, 1), (4, 1)]),
+            "softmax_fwd": ([dt], [(4, 6)]),
+            "sum_inner": ([dt], [(4,)]),
+            "sum_outer": ([dt], [(6,)]),
+            "var_mean": ([dt, dt], [(4,), (4,)]),
+        }
+        for op, (dtypes, shapes) in outs.items():
+            f = by_name(f"{op}_{tag}")
+            x = f.make_inputs("cpu", (4, 6))
+            assert x[0].dtype == dt and all(t.dtype == dt for t in x)
+            for ys in (f.eager(x), f.fusion_definition().execute(x)):
+                assert [y.dtype for y in ys] == dtypes, op
+                assert [tuple(y.shape) for y in ys] == shapes, op
     expect = {
         "gelu_tanh_bf16": (torch.bfloat16, torch.bfloat16),
         "bias_relu": (torch.bfloat16, torch.bfloat16),
@@ -83,6 +150,143 @@ def test_bytes_moved_small_cases():
     assert f.bytes_moved(f.make_inputs("cpu")) == 2 * 8 * 8 * 2
 
 
+def test_bytes_moved_reductions():
+    # inputs once, outputs once; the norms' statistics are float [M, 1]
+    M, N = 4, 6
+    for tag, e in (("bf16", 2), ("fp32", 4)):
+        cases = {
+            "rmsnorm_fwd": (M * N + N) * e + M * N * e + M * 4,
+            "layernorm_fwd": (M * N + 2 * N) * e + M * N * e + 2 * M * 4,
+            "softmax_fwd": 2 * M * N * e,
+            "sum_inner": M * N * e + M * e,
+            "sum_outer": M * N * e + N * e,
+            "var_mean": M * N * e + 2 * M * e,
+        }
+        for op, nbytes in cases.items():
+            f = by_name(f"{op}_{tag}")
+            assert f.bytes_moved(f.make_inputs("cpu", (M, N))) == nbytes, op
+    # at the LLM shape, on meta tensors: bf16 RMSNorm [16384, 4096] moves 2 x 128 MiB + weight + rstd
+    f = by_name("rmsnorm_fwd_bf16")
+    x = torch.empty(16384, 4096, dtype=torch.bfloat16, device="meta")
+    w = torch.empty(4096, dtype=torch.bfloat16, device="meta")
+    assert f.bytes_moved([x, w]) == 2 * 16384 * 4096 * 2 + 4096 * 2 + 16384 * 4
+    f = by_name("sum_outer_fp32")
+    assert f.bytes_moved([torch.empty(16384, 8192, device="meta")]) == (16384 + 1) * 8192 * 4
+
+
+def test_reduction_tolerances_grow_with_the_reduced_extent():
+    # never tighter than the dtype's; atol wider for long rows (float accumulation in serial
+    # chains of up to SERIAL_CHAIN elements, then a tree); rtol only for products
+    eps = torch.finfo(torch.float32).eps
+    for dt in (torch.float32, torch.bfloat16, torch.float16, torch.float64):
+        r0, a0 = tolerances(dt)
+        assert reduction_tolerance(dt, 1) == (r0, a0)
+        r, a = reduction_tolerance(dt, 2**24)
+        assert r == r0 and a >= a0
+        r, a = reduction_tolerance(dt, 2**24, relative=True)
+        assert r >= r0
+    r, a = reduction_tolerance(torch.float32, 16384)
+    assert math.isclose(a, 4 * eps * math.sqrt(16384 * SERIAL_CHAIN)) and a > tolerances(torch.float32)[1]
+    assert math.isclose(reduction_tolerance(torch.float32, 1000)[1], 4 * eps * 1000)  # a serial chain
+    assert math.isclose(reduction_tolerance(torch.float32, 2**24, relative=True)[0], 4 * eps * 4096)
+    assert math.isclose(reduction_tolerance(torch.float32, 16384, 0.5)[1], a / 2)
+    # double accumulates in double: its own tolerance covers even 2**24 elements
+    assert reduction_tolerance(torch.float64, 2**24) == tolerances(torch.float64)
+    f = by_name("sum_inner_fp32")
+    x = f.make_inputs("cpu", (2, 16384))
+    assert f.tolerance(x, f.eager(x)[0]) == reduction_tolerance(torch.float32, 16384)
+    f = by_name("sum_outer_fp32")
+    x = f.make_inputs("cpu", (1000, 3))
+    assert f.tolerance(x, f.eager(x)[0]) == reduction_tolerance(torch.float32, 1000)
+    # per-output scales: var_mean's mean sums x / n, its variance errs relatively
+    f = by_name("var_mean_fp32")
+    x = f.make_inputs("cpu", (2, 16384))
+    var, mean = f.eager(x)
+    assert f.tolerance(x, var, 0) == tolerances(torch.float32)
+    assert f.tolerance(x, mean, 1) == reduction_tolerance(torch.float32, 16384, 1 / 16384)
+    # a pointwise fusion keeps the dtype's tolerance
+    g = by_name("cast_chain")
+    x = g.make_inputs("cpu", (2, 3))
+    assert g.tolerance(x, g.eager(x)[0]) == tolerances(torch.float32)
+
+
+def test_check_uses_the_reduction_tolerance():
+    f = by_name("sum_inner_fp32")
+    x = f.make_inputs("cpu", (3, 16384))
+    want = f.eager(x)[0]
+    _, atol = f.tolerance(x, want)
+    ok, msg = bench_cli._check(f, [want + 0.5 * atol], x)
+    assert ok, msg
+    ok, msg = bench_cli._check(f, [want + 4 * atol + 4 * want.abs() * 1e-3], x)
+    assert not ok and "sum_inner_fp32 output 0" in msg
+    ok, msg = bench_cli._check(f, [want, want], x)
+    assert not ok and "2 outputs, eager gives 1" in msg
+
+
+def _fake_fd(*segs):
+    runs = [SimpleNamespace(group=SimpleNamespace(scheduler=s), kernel=k) for s, k in segs]
+    return SimpleNamespace(_entry=SimpleNamespace(last_runner=SimpleNamespace(runs=runs)))
+
+
+def test_fuser_path_names_schedulers_and_executors():
+    from fuser.scheduler import SchedulerType as S
+
+    kernel = object()
+    assert bench_cli._fuser_path(_fake_fd((S.inner_persistent, kernel))) == "1 kernel (inner_persistent)"
+    assert bench_cli._fuser_path(_fake_fd((S.reduction, None))) == "reference (reduction)"
+    assert bench_cli._fuser_path(_fake_fd((S.reduction, False))) == "reference (reduction)"
+    assert (bench_cli._fuser_path(_fake_fd((S.reduction, kernel), (S.reduction, kernel), (S.expr_eval, False)))
+            == "2 kernels (2x reduction) + reference (expr_eval)")
+    assert (bench_cli._fuser_path(_fake_fd((S.pointwise, kernel), (S.reduction, kernel)))
+            == "2 kernels (pointwise, reduction)")
+    assert bench_cli._fuser_path(SimpleNamespace()) == "?"
+    assert bench_cli.fuser_segments(_fake_fd((S.reduction, kernel), (S.pointwise, None))) == [
+        ("reduction", True), ("pointwise", False)]
+    # a real run on CPU: every segment on the reference executor, named by its scheduler
+    f = by_name("layernorm_fwd_fp32")
+    fd = f.fusion_definition()
+    fd.execute(f.make_inputs("cpu", (4, 6)))
+    assert bench_cli.fuser_segments(fd) == [("inner_persistent", False)]
+    assert bench_cli._fuser_path(fd) == "reference (inner_persistent)"
+
+
+@pytest.mark.parametrize("quick", [False, True])
+def test_cuda_path_times_every_shape(monkeypatch, capsys, quick):
+    # the CUDA path with the GPU parts replaced: one row per (fusion, shape), the shape column
+    import fuser.benchmarks as B
+
+    timed = []
+
+    def fake_row(f, shape, *, iters, repeats, latency_calls):
+        timed.append((f.name, tuple(shape)))
+        row = bench_cli._Row(f, tuple(shape))
+        row.nbytes = f.bytes_moved([torch.empty(shape, dtype=torch.float32, device="meta")])
+        t = B.KernelTime(100.0, 5.0, False, iters, repeats)
+        row.times = {i: t for i in bench_cli._IMPLS}
+        row.check, row.path = "ok", "reference (reduction)"
+        return row
+
+    props = SimpleNamespace(name="Fake H100", major=9, minor=0, total_memory=80 * 2**30, L2_cache_size=50 * 2**20)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda *_: props)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(B, "copy_bandwidth", lambda *a, **k: (3.0e12, B.KernelTime(700.0, 1.0, False, 20, 5)))
+    monkeypatch.setattr(bench_cli, "_bench_row", fake_row)
+    rc = bench_cli._run_cuda([by_name("sum_inner_fp32"), by_name("cast_chain")], quick=quick, plot=None)
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    f = by_name("sum_inner_fp32")
+    shapes = f.quick_shapes if quick else f.shapes
+    assert timed == [("sum_inner_fp32", s) for s in shapes] + [
+        ("cast_chain", (8192, 8192) if quick else (16384, 8192))]
+    lines = [ln for ln in out.splitlines() if ln.startswith("sum_inner_fp32")]
+    assert [ln.split()[1] for ln in lines] == ["x".join(map(str, s)) for s in shapes]
+    assert all(ln.rstrip().endswith("reference (reduction)") for ln in lines)
+    head = next(ln for ln in out.splitlines() if ln.startswith("fusion"))
+    assert head.split()[:2] == ["fusion", "shape"]
+    # labels with the shape where a fusion has several (the L2 note names the small one)
+    assert "sum_inner_fp32@128x1000" in out
+
+
 def test_bytes_moved_counts_broadcast_inputs_once():
     f = by_name("bias_relu")
     x, bias = f.make_inputs("cpu", (4, 6))
@@ -110,6 +314,16 @@ def test_bench_cpu_flag_in_process(capsys):
     assert "MISMATCH" not in out and "ERROR" not in out
 
 
+def test_bench_cpu_reductions_in_process(capsys):
+    assert main(["bench", "--cpu", "--only", *REDUCTION_NAMES]) == 0
+    out = capsys.readouterr().out
+    for name in REDUCTION_NAMES:
+        line = next(ln for ln in out.splitlines() if ln.split()[:1] == [name])
+        sched = "reduction" if name.startswith(("sum_", "var_mean")) else "inner_persistent"
+        assert f"reference ({sched})" in line and line.rstrip().endswith("ok"), line
+    assert f"all {len(REDUCTION_NAMES)} fusions match eager PyTorch" in out
+
+
 def test_bench_unknown_fusion(capsys):
     assert main(["bench", "--cpu", "--only", "nope"]) == 2
     assert "no benchmark fusion 'nope'" in capsys.readouterr().err
@@ -127,7 +341,7 @@ def test_bench_quick_subprocess_without_gpu():
     out = proc.stdout
     assert "CUDA is not available" in out
     for name in NAMES:
-        line = next(ln for ln in out.splitlines() if name in ln)
+        line = next(ln for ln in out.splitlines() if ln.split()[:1] == [name])
         assert line.rstrip().endswith("ok"), line
     assert "MISMATCH" not in out
     assert f"all {len(NAMES)} fusions match eager PyTorch" in out
@@ -140,3 +354,20 @@ def test_bench_quick_on_gpu(capsys):
     assert "copy bandwidth" in out and "cast_chain" in out
     assert "host latency" in out and "first-run compile time" in out
     assert rc == 0, out
+
+
+@pytest.mark.gpu
+def test_bench_quick_reductions_on_gpu(capsys):
+    # every quick shape of a normalisation, checked against eager, named by its scheduler; the
+    # segment must be a generated kernel (FUSER_TEST_ALLOW_REFERENCE=1 accepts the reference
+    # executor while the kernels land)
+    rc = main(["bench", "--quick", "--only", "rmsnorm_fwd_bf16"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    rows = [ln for ln in out.splitlines() if ln.split()[:1] == ["rmsnorm_fwd_bf16"]]
+    assert [ln.split()[1] for ln in rows] == ["x".join(map(str, s)) for s in REDUCTION_QUICK_SHAPES], out
+    allowed = ["1 kernel (inner_persistent)"]
+    if os.environ.get("FUSER_TEST_ALLOW_REFERENCE", "") not in ("", "0"):
+        allowed.append("reference (inner_persistent)")
+    for ln in rows:
+        assert " ok " in ln and any(ln.rstrip().endswith(a) for a in allowed), ln

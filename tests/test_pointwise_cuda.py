@@ -16,7 +16,7 @@ pytestmark = pytest.mark.gpu
 
 @pytest.fixture(autouse=True)
 def poisoned_outputs(monkeypatch):
-    real = kernels_mod.PointwiseKernel.allocate_outputs
+    real = kernels_mod.GeneratedKernel.allocate_outputs
 
     def poisoned(self):
         outs = real(self)
@@ -28,7 +28,7 @@ def poisoned_outputs(monkeypatch):
                 base.fill_(-7 if base.dtype is not torch.bool else True)
         return outs
 
-    monkeypatch.setattr(kernels_mod.PointwiseKernel, "allocate_outputs", poisoned)
+    monkeypatch.setattr(kernels_mod.GeneratedKernel, "allocate_outputs", poisoned)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])

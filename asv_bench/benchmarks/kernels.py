@@ -5,12 +5,19 @@ Every benchmark here needs CUDA: without it `setup` raises NotImplementedError, 
 reports as skipped. Kernel times are `track_` benchmarks (CUDA events around a loop of calls,
 see `fuser.benchmarks.kernel_time`), in microseconds; asv's own wall-clock `time_` loop is
 only used for the host cost of issuing a tiny cached fusion.
+
+`KernelTime` times each fusion of one shape (the pointwise set) at that shape;
+`KernelTimeShapes` times each fusion of several shapes (the reductions and normalisations:
+RMSNorm / LayerNorm / softmax forward, inner and outer sum, var_mean) at every one of them.
 """
 import torch
 
 from fuser.benchmarks import FUSIONS, by_name, copy_bandwidth, kernel_time
 
-_BANDWIDTH = [f.name for f in FUSIONS if f.kind == "bandwidth"]
+_BANDWIDTH = [f.name for f in FUSIONS if f.kind == "bandwidth" and len(f.shapes) == 1]
+_MULTI_SHAPE = [f.name for f in FUSIONS if f.kind == "bandwidth" and len(f.shapes) > 1]
+#: every shape of a multi-shape fusion, as "MxN"; a fusion skips the ones it lacks
+_SHAPES = list(dict.fromkeys("x".join(map(str, s)) for f in FUSIONS if f.name in _MULTI_SHAPE for s in f.shapes))
 _IMPLS = ["fuser", "eager", "compile"]
 _copy_bw = None
 
@@ -81,6 +88,41 @@ class KernelTime:
     track_kernel_us.unit = "us"
 
     def track_percent_of_copy_bandwidth(self, name, impl):
+        t = kernel_time(self.fn)
+        return 100.0 * self.nbytes / (t.us * 1e-6) / _copy_bandwidth()
+
+    track_percent_of_copy_bandwidth.unit = "%"
+
+
+class KernelTimeShapes:
+    """Median GPU time per call of each reduction / normalisation fusion at each of its
+    shapes (`BenchFusion.shapes`); shapes a fusion does not list are skipped."""
+
+    params = [_MULTI_SHAPE, _SHAPES, _IMPLS]
+    param_names = ["fusion", "shape", "impl"]
+    timeout = 600
+
+    def setup(self, name, shape, impl):
+        _require_cuda()
+        self.fusion = by_name(name)
+        dims = tuple(int(d) for d in shape.split("x"))
+        if dims not in self.fusion.shapes:
+            raise NotImplementedError(f"{name} is not benchmarked at {shape}")
+        self.inputs = self.fusion.make_inputs("cuda", dims)
+        self.nbytes = self.fusion.bytes_moved(self.inputs)
+        self.fn = _callable(self.fusion, impl, self.inputs)
+
+    def teardown(self, name, shape, impl):
+        self.fn = self.inputs = None
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+    def track_kernel_us(self, name, shape, impl):
+        return kernel_time(self.fn).us
+
+    track_kernel_us.unit = "us"
+
+    def track_percent_of_copy_bandwidth(self, name, shape, impl):
         t = kernel_time(self.fn)
         return 100.0 * self.nbytes / (t.us * 1e-6) / _copy_bandwidth()
 

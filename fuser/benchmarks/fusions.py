@@ -3,7 +3,15 @@
 Each `BenchFusion` carries its definition (FusionDefinition API), a factory of fresh random
 inputs, the eager PyTorch function computing the same outputs, and the bytes a kernel must
 move. Every definition uses symbolic sizes (``shape=[-1, ...]``), so one definition serves
-any shape: `make_inputs(device, shape)` picks the sizes.
+any shape: `make_inputs(device, shape)` picks the sizes. A fusion is timed at each of its
+`shapes` (`quick_shapes` for ``--quick``) and checked on CPU at `small_shape`.
+
+The reduction and normalisation fusions (RMSNorm / LayerNorm / softmax forward, inner and
+outer sums, var_mean; bf16 and fp32) follow nvFuser's Python benchmarks
+(``benchmarks/python/test_{rmsnorm,layernorm,softmax}_fwd.py``, ``test_reduction.py``):
+bf16 inputs are cast to float, computed in float and cast back; the norms also write the
+statistics a training step saves for its backward (LayerNorm: mean and rstd; RMSNorm:
+rstd), float32 of shape [M, 1], as ``aten.native_layer_norm`` / ``aten._fused_rms_norm`` do.
 """
 from __future__ import annotations
 
@@ -18,10 +26,14 @@ from fuser import DataType, FusionDefinition
 __all__ = [
     "BenchFusion",
     "FUSIONS",
+    "REDUCTION_SHAPES",
+    "REDUCTION_QUICK_SHAPES",
     "by_name",
     "define",
     "stored_bytes",
     "bytes_moved",
+    "reduction_tolerance",
+    "SERIAL_CHAIN",
 ]
 
 #: the shape of the bandwidth benchmarks (256 MiB of bf16/fp16, 512 MiB of fp32: far past L2)
@@ -30,6 +42,11 @@ LARGE = (16384, 8192)
 QUICK = (8192, 8192)
 #: the shape for CPU checks and tests
 SMALL = (64, 96)
+#: the shapes of the reduction / normalisation benchmarks: LLM rows (hidden 4096 with 16k
+#: tokens, 8192, 16384, 1024) and a small [128, 1000] one (launch- and occupancy-bound)
+REDUCTION_SHAPES = ((16384, 4096), (8192, 8192), (2048, 16384), (16384, 1024), (128, 1000))
+#: their `--quick` subset: one LLM shape (128 MiB of bf16) and the small one
+REDUCTION_QUICK_SHAPES = ((16384, 4096), (128, 1000))
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 
@@ -53,19 +70,41 @@ class BenchFusion:
     build: records the fusion into an open FusionDefinition (`define(fd)`).
     inputs: `(device, shape) -> list[Tensor]`, fresh random values (never all zeros).
     reference: the eager PyTorch function, `list[Tensor] -> list[Tensor]`.
-    shape: the default shape (the benchmark's); `quick_shape` for `--quick` on a GPU.
+    shape: the default shape (`make_inputs`' and asv's; default: the first of `shapes`);
+    `quick_shape` likewise for `--quick`.
+    shapes: every shape a full GPU run times (default: just `shape`); `quick_shapes` the
+    ones `--quick` times (default: just `quick_shape`).
+    small_shape: the shape of the CPU check (`python -m fuser bench` without CUDA, tests).
     kind: "bandwidth" (memory-bound, reported as % of copy bandwidth) or "latency"
     (host cost of a tiny launch).
+    reduced: the dims of the first input that the fusion reduces over (empty: none); the
+    check's tolerances grow with their extent n (`tolerance`).
+    scales: n -> per output, the magnitude of the terms its reduction sums, in the output's
+    units (1 for a sum of randn, 1/n for a mean, 0 where the error is relative, as for a
+    softmax or a normalised row); default: 1 for every output.
     """
 
     name: str
     build: Callable[[FusionDefinition], None]
     inputs: Callable[[torch.device, tuple[int, ...]], list[torch.Tensor]]
     reference: Callable[[Sequence[torch.Tensor]], list[torch.Tensor]]
-    shape: tuple[int, ...] = LARGE
-    quick_shape: tuple[int, ...] = QUICK
+    shape: tuple[int, ...] | None = None
+    quick_shape: tuple[int, ...] | None = None
     kind: str = "bandwidth"
     description: str = ""
+    shapes: tuple[tuple[int, ...], ...] = ()
+    quick_shapes: tuple[tuple[int, ...], ...] = ()
+    small_shape: tuple[int, ...] = SMALL
+    reduced: tuple[int, ...] = ()
+    scales: Callable[[int], Sequence[float]] | None = None
+
+    def __post_init__(self) -> None:
+        shapes = tuple(tuple(s) for s in self.shapes) or (tuple(self.shape or LARGE),)
+        quick = tuple(tuple(s) for s in self.quick_shapes) or (tuple(self.quick_shape or QUICK),)
+        object.__setattr__(self, "shapes", shapes)
+        object.__setattr__(self, "quick_shapes", quick)
+        object.__setattr__(self, "shape", tuple(self.shape) if self.shape is not None else shapes[0])
+        object.__setattr__(self, "quick_shape", tuple(self.quick_shape) if self.quick_shape is not None else quick[0])
 
     def define(self, fd: FusionDefinition) -> None:
         """Record this fusion into the open definition `fd`."""
@@ -88,6 +127,52 @@ class BenchFusion:
     def bytes_moved(self, inputs: Sequence[torch.Tensor]) -> int:
         """Bytes of every input read plus every output written (inputs at their stored size)."""
         return bytes_moved(self, inputs)
+
+    def tolerance(self, inputs: Sequence[torch.Tensor], want: torch.Tensor, index: int = 0) -> tuple[float, float]:
+        """(rtol, atol) for comparing fuser's output `index` with the eager one `want` on
+        `inputs`: `fuser.runtime.tolerance.tolerances` of its dtype, widened for a reduction
+        over n elements by what float accumulation in another order may differ by
+        (`reduction_tolerance`, at this output's `scales`)."""
+        from fuser.runtime.tolerance import tolerances
+
+        if not self.reduced or not want.dtype.is_floating_point:
+            return tolerances(want.dtype)
+        x = inputs[0]
+        n = math.prod(x.shape[d] for d in self.reduced)
+        scale = self.scales(n)[index] if self.scales is not None else 1.0
+        return reduction_tolerance(want.dtype, n, scale)
+
+
+#: the longest serial (per-thread) accumulation `reduction_tolerance` allows for
+SERIAL_CHAIN = 4096
+
+
+def reduction_tolerance(dtype: torch.dtype, n: int, scale: float = 1.0, *,
+                        relative: bool = False) -> tuple[float, float]:
+    """(rtol, atol) for a result of `dtype` reduced over `n` elements, accumulated in
+    float32 (float64 for double) in an order that may differ from the reference's; never
+    tighter than the dtype's own (`fuser.runtime.tolerance.tolerances`).
+
+    atol, for sums of signed terms of magnitude `scale` (in the result's units): a kernel
+    accumulates serial chains of L elements per thread, then combines them in a tree; the
+    result then differs from the exact sum by up to about 0.7 eps scale sqrt(n L) (measured
+    on randn rows, n from 1025 to 2**20, L from 64 to n). The bound is 4 eps scale
+    sqrt(n min(n, 4096)): chains up to SERIAL_CHAIN elements, with margin.
+
+    rtol, with `relative` (products): every multiplication adds a relative error, in any
+    order, about 0.29 eps sqrt(n) in all; the bound is 4 eps sqrt(n). Sums of positive terms
+    (variances, softmax denominators, sums of squares) err relatively by at most about
+    0.7 eps sqrt(L), within float32's own rtol for chains up to SERIAL_CHAIN."""
+    from fuser.runtime.tolerance import tolerances
+
+    rtol, atol = tolerances(dtype)
+    acc = torch.float64 if dtype == torch.float64 else torch.float32
+    eps = torch.finfo(acc).eps
+    n = max(n, 1)
+    atol = max(atol, 4.0 * eps * scale * math.sqrt(n * min(n, SERIAL_CHAIN)))
+    if relative:
+        rtol = max(rtol, 4.0 * eps * math.sqrt(n))
+    return rtol, atol
 
 
 def bytes_moved(fusion: BenchFusion, inputs: Sequence[torch.Tensor]) -> int:
@@ -140,6 +225,118 @@ def _define_where3(fd: FusionDefinition) -> None:
     fd.add_output(fd.ops.where(fd.ops.gt(a, b), a, c))
 
 
+# --- reductions and normalisations (nvFuser's benchmarks/python definitions, our code) --------
+
+#: RMSNorm and LayerNorm epsilon (nvFuser's benchmarks and LLaMA-style models use 1e-5)
+NORM_EPS = 1e-5
+
+_TORCH_DTYPE = {DataType.BFloat16: torch.bfloat16, DataType.Float: torch.float32}
+
+
+def _to_float(fd: FusionDefinition, t, dtype: DataType):
+    """`t` as float: a cast for bf16/fp16 (computed in float, as PyTorch's kernels do)."""
+    return fd.ops.cast(t, DataType.Float) if dtype != DataType.Float else t
+
+
+def _from_float(fd: FusionDefinition, t, dtype: DataType):
+    return fd.ops.cast(t, dtype) if dtype != DataType.Float else t
+
+
+def _rows_keepdim(fd: FusionDefinition, x, r):
+    """The per-row result `r` ([M]) as [M, 1]."""
+    return fd.ops.broadcast_in_dim(r, shape=[x.size(0), 1], broadcast_dims=[0])
+
+
+def _rmsnorm_fwd(dtype: DataType):
+    """y = x * rsqrt(mean(x^2, -1) + eps) * weight, in float; outputs y (dtype) and rstd
+    (float [M, 1]) as ``aten._fused_rms_norm`` does."""
+
+    def build(fd: FusionDefinition) -> None:
+        x0 = _matrix(fd, dtype, 2)
+        w0 = fd.define_tensor(shape=[-1], contiguity=[True], dtype=dtype)
+        x, w = _to_float(fd, x0, dtype), _to_float(fd, w0, dtype)
+        ssq = fd.ops.sum(fd.ops.mul(x, x), dims=[1], keepdim=False)
+        ms = fd.ops.mul(_rows_keepdim(fd, x, ssq), fd.ops.reciprocal(x.size(1)))
+        rstd = fd.ops.rsqrt(fd.ops.add(ms, NORM_EPS))
+        y = fd.ops.mul(x, fd.ops.broadcast_in_dim(rstd, shape=x.shape(), broadcast_dims=[0, 1]))
+        y = fd.ops.mul(y, fd.ops.broadcast_in_dim(w, shape=x.shape(), broadcast_dims=[1]))
+        fd.add_output(_from_float(fd, y, dtype))
+        fd.add_output(rstd)
+
+    return build
+
+
+def _layernorm_fwd(dtype: DataType):
+    """y = (x - mean) * rsqrt(var + eps) * weight + bias over the last dim (var_mean,
+    correction 0), in float; outputs y (dtype), mean and rstd (float [M, 1]) as
+    ``aten.native_layer_norm`` does."""
+
+    def build(fd: FusionDefinition) -> None:
+        x0 = _matrix(fd, dtype, 2)
+        w0 = fd.define_tensor(shape=[-1], contiguity=[True], dtype=dtype)
+        b0 = fd.define_tensor(shape=[-1], contiguity=[True], dtype=dtype)
+        x, w, b = (_to_float(fd, t, dtype) for t in (x0, w0, b0))
+        var, mean = fd.ops.var_mean(x, dims=[1], correction=0, keepdim=False)
+        mean = _rows_keepdim(fd, x, mean)
+        rstd = fd.ops.rsqrt(fd.ops.add(_rows_keepdim(fd, x, var), NORM_EPS))
+        shape = x.shape()
+        xhat = fd.ops.mul(
+            fd.ops.sub(x, fd.ops.broadcast_in_dim(mean, shape=shape, broadcast_dims=[0, 1])),
+            fd.ops.broadcast_in_dim(rstd, shape=shape, broadcast_dims=[0, 1]),
+        )
+        y = fd.ops.add(
+            fd.ops.mul(xhat, fd.ops.broadcast_in_dim(w, shape=shape, broadcast_dims=[1])),
+            fd.ops.broadcast_in_dim(b, shape=shape, broadcast_dims=[1]),
+        )
+        fd.add_output(_from_float(fd, y, dtype))
+        fd.add_output(mean)
+        fd.add_output(rstd)
+
+    return build
+
+
+def _softmax_fwd(dtype: DataType):
+    """softmax over the last dim: exp(x - max) / sum(exp(x - max)), in float."""
+
+    def build(fd: FusionDefinition) -> None:
+        x = _to_float(fd, _matrix(fd, dtype, 2), dtype)
+        shape = x.shape()
+        m = _rows_keepdim(fd, x, fd.ops.max(x, dims=[1], keepdim=False))
+        e = fd.ops.exp(fd.ops.sub(x, fd.ops.broadcast_in_dim(m, shape=shape, broadcast_dims=[0, 1])))
+        s = _rows_keepdim(fd, x, fd.ops.sum(e, dims=[1], keepdim=False))
+        y = fd.ops.mul(e, fd.ops.reciprocal(fd.ops.broadcast_in_dim(s, shape=shape, broadcast_dims=[0, 1])))
+        fd.add_output(_from_float(fd, y, dtype))
+
+    return build
+
+
+def _sum_fwd(dtype: DataType, dim: int):
+    """sum over `dim` (1: inner, 0: outer), accumulated in float, result in dtype."""
+
+    def build(fd: FusionDefinition) -> None:
+        x = _to_float(fd, _matrix(fd, dtype, 2), dtype)
+        fd.add_output(_from_float(fd, fd.ops.sum(x, dims=[dim], keepdim=False), dtype))
+
+    return build
+
+
+#: var_mean's correction in the benchmark: 0, as nvFuser's LayerNorm benchmark (its one
+#: var_mean) and every normalisation's statistics use it
+VAR_MEAN_CORRECTION = 0
+
+
+def _var_mean_fwd(dtype: DataType):
+    """var_mean over the last dim (correction 0) in float; var and mean in dtype."""
+
+    def build(fd: FusionDefinition) -> None:
+        x = _to_float(fd, _matrix(fd, dtype, 2), dtype)
+        var, mean = fd.ops.var_mean(x, dims=[1], correction=VAR_MEAN_CORRECTION, keepdim=False)
+        fd.add_output(_from_float(fd, var, dtype))
+        fd.add_output(_from_float(fd, mean, dtype))
+
+    return build
+
+
 # ----------------------------------------------------------------------------------------------
 # inputs (random normal: never all zeros; sign changes exercise relu / where / tanh)
 
@@ -153,6 +350,15 @@ def _randn(shape, dtype, device, scale: float = 1.0) -> torch.Tensor:
 
 def _one(dtype: torch.dtype, scale: float = 1.0):
     return lambda device, shape: [_randn(shape, dtype, device, scale)]
+
+
+def _norm_inputs(dtype: torch.dtype, n_params: int):
+    """x [M, N] and `n_params` per-column parameters [N] (weight, bias)."""
+
+    def make(device, shape):
+        return [_randn(shape, dtype, device), *(_randn(shape[-1:], dtype, device) for _ in range(n_params))]
+
+    return make
 
 
 def _bias_inputs(device, shape):
@@ -185,6 +391,94 @@ def _eager_where3(inputs):
     return [torch.where(a > b, a, c)]
 
 
+def _eager_rmsnorm(inputs):
+    """``aten._fused_rms_norm`` (what F.rms_norm runs; (y, rstd [M, 1] float)), or the same
+    arithmetic in PyTorch ops where this torch lacks it."""
+    x, w = inputs
+    fused = getattr(torch.ops.aten, "_fused_rms_norm", None)
+    if fused is not None:
+        y, rstd = fused(x, [x.shape[-1]], w, NORM_EPS)
+        return [y, rstd]
+    xf = x.float()
+    rstd = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + NORM_EPS)
+    return [(xf * rstd * w).to(x.dtype), rstd]
+
+
+def _eager_layernorm(inputs):
+    """``aten.native_layer_norm``: (y, mean [M, 1], rstd [M, 1]), statistics in float.
+    PyTorch's CPU kernel keeps bf16 statistics for bf16 inputs (CUDA's and meta's are
+    float): on CPU it runs on float copies and y is cast back, the same arithmetic."""
+    x, w, b = inputs
+    if x.device.type == "cpu" and x.dtype != torch.float32:
+        y, mean, rstd = torch.ops.aten.native_layer_norm(x.float(), [x.shape[-1]], w.float(), b.float(), NORM_EPS)
+        return [y.to(x.dtype), mean, rstd]
+    return list(torch.ops.aten.native_layer_norm(x, [x.shape[-1]], w, b, NORM_EPS))
+
+
+def _eager_softmax(inputs):
+    return [torch.softmax(inputs[0], dim=-1)]
+
+
+def _eager_sum_inner(inputs):
+    return [torch.sum(inputs[0], dim=-1)]
+
+
+def _eager_sum_outer(inputs):
+    return [torch.sum(inputs[0], dim=0)]
+
+
+def _eager_var_mean(inputs):
+    return list(torch.var_mean(inputs[0], dim=-1, correction=VAR_MEAN_CORRECTION))
+
+
+def _reduction_fusions() -> tuple[BenchFusion, ...]:
+    """RMSNorm / LayerNorm / softmax forward, inner and outer sum, var_mean; bf16 and fp32;
+    each at every shape of REDUCTION_SHAPES (the sums also at LARGE, [16384, 8192])."""
+    out = []
+    for dt, tdt, tag in ((DataType.BFloat16, torch.bfloat16, "bf16"), (DataType.Float, torch.float32, "fp32")):
+        common = dict(shapes=REDUCTION_SHAPES, quick_shapes=REDUCTION_QUICK_SHAPES)
+        sums = dict(shapes=REDUCTION_SHAPES + (LARGE,), quick_shapes=REDUCTION_QUICK_SHAPES)
+        out += [
+            BenchFusion(
+                f"rmsnorm_fwd_{tag}", _rmsnorm_fwd(dt), _norm_inputs(tdt, 1), _eager_rmsnorm, reduced=(1,),
+                scales=lambda n: (0.0, 0.0),
+                description=f"{tag} x [M, N], weight [N]: RMSNorm over N in float; y ({tag}) and rstd (float [M, 1])",
+                **common,
+            ),
+            BenchFusion(
+                f"layernorm_fwd_{tag}", _layernorm_fwd(dt), _norm_inputs(tdt, 2), _eager_layernorm, reduced=(1,),
+                scales=lambda n: (1.0 / n, 1.0 / n, 0.0),
+                description=f"{tag} x [M, N], weight, bias [N]: LayerNorm over N (var_mean) in float; "
+                            f"y ({tag}), mean and rstd (float [M, 1])",
+                **common,
+            ),
+            BenchFusion(
+                f"softmax_fwd_{tag}", _softmax_fwd(dt), _one(tdt), _eager_softmax, reduced=(1,),
+                scales=lambda n: (0.0,),
+                description=f"{tag} [M, N]: softmax over N in float",
+                **common,
+            ),
+            BenchFusion(
+                f"sum_inner_{tag}", _sum_fwd(dt, 1), _one(tdt), _eager_sum_inner, reduced=(1,),
+                description=f"{tag} [M, N] -> [M]: sum over the last dim, accumulated in float",
+                **sums,
+            ),
+            BenchFusion(
+                f"sum_outer_{tag}", _sum_fwd(dt, 0), _one(tdt), _eager_sum_outer, reduced=(0,),
+                description=f"{tag} [M, N] -> [N]: sum over dim 0, accumulated in float",
+                **sums,
+            ),
+            BenchFusion(
+                f"var_mean_{tag}", _var_mean_fwd(dt), _one(tdt), _eager_var_mean, reduced=(1,),
+                scales=lambda n: (0.0, 1.0 / n),
+                description=f"{tag} [M, N] -> var, mean [M] over the last dim (correction "
+                            f"{VAR_MEAN_CORRECTION}), in float",
+                **common,
+            ),
+        ]
+    return tuple(out)
+
+
 FUSIONS: tuple[BenchFusion, ...] = (
     BenchFusion(
         "gelu_tanh_bf16", _define_gelu_bf16, _one(torch.bfloat16, 3.0), _eager_gelu,
@@ -207,7 +501,7 @@ FUSIONS: tuple[BenchFusion, ...] = (
         shape=(8, 8), quick_shape=(8, 8), kind="latency",
         description="the GELU fusion on [8, 8]: host cost of one launch",
     ),
-)
+) + _reduction_fusions()
 
 _BY_NAME = {f.name: f for f in FUSIONS}
 

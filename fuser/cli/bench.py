@@ -1,12 +1,15 @@
 """`python -m fuser bench`: kernel time of fuser against eager PyTorch and torch.compile.
 
-On a CUDA device, for each benchmark fusion (fuser/benchmarks/fusions.py) and on the same
-inputs: fuser (``fd.execute``), the eager PyTorch function and ``torch.compile`` of it (default
-mode). Reported: the median kernel time (CUDA events around a loop of calls, see
-`fuser.benchmarks.kernel_time`), the bytes a kernel must move, the achieved bandwidth as a
-percentage of the measured device-to-device copy bandwidth, and a correctness check of fuser
-against eager. Then the host latency of a cached tiny fusion and the first-run compile time of
-GELU with a cold and a warm kernel cache.
+On a CUDA device, for each benchmark fusion (fuser/benchmarks/fusions.py), at each of its
+shapes (``--quick``: its quick subset), and on the same inputs: fuser (``fd.execute``), the
+eager PyTorch function and ``torch.compile`` of it (default mode). Reported: the median
+kernel time (CUDA events around a loop of calls, see `fuser.benchmarks.kernel_time`), the
+bytes a kernel must move, the achieved bandwidth as a percentage of the measured
+device-to-device copy bandwidth, a correctness check of fuser against eager (dtype-aware
+tolerances, widened with the reduced extent for reductions), and how fuser ran: each
+segment's scheduler and whether a generated kernel or the reference executor ran it. Then
+the host latency of a cached tiny fusion and the first-run compile time of GELU with a cold
+and a warm kernel cache.
 
 Without CUDA (or with ``--cpu``) each fusion runs once on small CPU tensors through fuser and
 eager PyTorch and is checked; there is nothing to time.
@@ -54,25 +57,49 @@ def _check(fusion: F.BenchFusion, got: Sequence[Any], inputs: Sequence[torch.Ten
         return False, f"{len(got)} outputs, eager gives {len(want)}"
     try:
         for k, (g, w) in enumerate(zip(got, want)):
-            assert_close(g, w, what=f"{fusion.name} output {k}")
+            rtol, atol = fusion.tolerance(inputs, w, k) if isinstance(w, torch.Tensor) else (None, None)
+            assert_close(g, w, what=f"{fusion.name} output {k}", rtol=rtol, atol=atol)
     except AssertionError as e:
         return False, str(e).strip().splitlines()[0] if str(e).strip() else "assert_close failed"
     return True, ""
 
 
-def _fuser_path(fd: Any) -> str:
-    """How the last execute of `fd` ran: generated kernels and/or reference-executor segments."""
+def fuser_segments(fd: Any) -> list[tuple[str, bool]] | None:
+    """(scheduler, ran a generated kernel) for each segment of the last execute of `fd`,
+    in order; None when `fd` has not run."""
     runner = getattr(getattr(fd, "_entry", None), "last_runner", None)
     runs = getattr(runner, "runs", None)
     if runs is None:
+        return None
+    out = []
+    for r in runs:
+        sched = getattr(getattr(r, "group", None), "scheduler", None)
+        out.append((str(getattr(sched, "value", sched) or "?"), bool(getattr(r, "kernel", None))))
+    return out
+
+
+def _schedulers(names: Sequence[str]) -> str:
+    """"reduction" / "2x reduction, pointwise": each scheduler once, in first-seen order."""
+    counts: dict[str, int] = {}
+    for n in names:
+        counts[n] = counts.get(n, 0) + 1
+    return ", ".join(n if c == 1 else f"{c}x {n}" for n, c in counts.items())
+
+
+def _fuser_path(fd: Any) -> str:
+    """How the last execute of `fd` ran, naming each segment's scheduler: generated kernels
+    ("1 kernel (inner_persistent)") and/or reference-executor segments ("reference (reduction)")."""
+    segs = fuser_segments(fd)
+    if segs is None:
         return "?"
-    gen = sum(1 for r in runs if getattr(r, "kernel", None))
-    ref = len(runs) - gen
-    if gen and not ref:
-        return f"{gen} kernel" + ("s" if gen > 1 else "")
-    if not gen:
-        return f"reference ({ref} seg{'s' if ref != 1 else ''})"
-    return f"{gen} kernel{'s' if gen > 1 else ''} + {ref} ref"
+    gen = [s for s, ran in segs if ran]
+    ref = [s for s, ran in segs if not ran]
+    parts = []
+    if gen:
+        parts.append(f"{len(gen)} kernel{'s' if len(gen) > 1 else ''} ({_schedulers(gen)})")
+    if ref:
+        parts.append(f"reference ({_schedulers(ref)})")
+    return " + ".join(parts) or "no segments"
 
 
 def _first_line(e: BaseException) -> str:
@@ -102,7 +129,7 @@ def _run_cpu(fusions: Sequence[F.BenchFusion], reason: str) -> int:
     failed = 0
     width = max(len(f.name) for f in fusions)
     for f in fusions:
-        shape = F.SMALL if f.kind == "bandwidth" else f.shape
+        shape = f.small_shape if f.kind == "bandwidth" else f.shape
         inputs = f.make_inputs("cpu", shape)
         try:
             fd = f.fusion_definition()
@@ -114,7 +141,7 @@ def _run_cpu(fusions: Sequence[F.BenchFusion], reason: str) -> int:
             ok, path, status = False, "error", f"ERROR  {_first_line(e)}"
         failed += not ok
         print(f"  {f.name:<{width}}  {str(list(shape)):>12}  {f.bytes_moved(inputs):>9} bytes  "
-              f"fuser: {path:<20} {status}")
+              f"fuser: {path:<28} {status}")
     if failed:
         print(f"{failed} of {len(fusions)} fusions failed or do not match eager PyTorch")
         return 1
@@ -136,6 +163,14 @@ class _Row:
     check: str = "-"
     path: str = "?"
     latency: dict[str, Any] = field(default_factory=dict)  # impl -> µs | None
+
+    @property
+    def label(self) -> str:
+        """The fusion's name, and the shape where the fusion has several."""
+        f = self.fusion
+        if len(set(f.shapes) | set(f.quick_shapes)) > 1:
+            return f"{f.name}@{'x'.join(map(str, self.shape))}"
+        return f.name
 
 
 _IMPLS = ("fuser", "eager", "compile")
@@ -305,13 +340,14 @@ def _pct(nbytes: int, t: Any, bw: float, kind: str) -> str:
 
 def _table(rows: Sequence[_Row], bw: float) -> str:
     us = _unit()
-    head = ["fusion", f"fuser {us}", f"eager {us}", f"compile {us}", "GB moved",
+    head = ["fusion", "shape", f"fuser {us}", f"eager {us}", f"compile {us}", "GB moved",
             "fuser %copy", "eager %copy", "compile %copy", "check", "fuser ran"]
     body = []
     for r in rows:
         k = r.fusion.kind
         body.append([
             r.fusion.name,
+            "x".join(map(str, r.shape)),
             *(_fmt_time(r.times.get(i)) for i in _IMPLS),
             f"{r.nbytes / 1e9:.3f}" if r.nbytes >= 1e6 else f"{r.nbytes / 1e9:.1e}",
             *(_pct(r.nbytes, r.times.get(i), bw, k) for i in _IMPLS),
@@ -319,7 +355,7 @@ def _table(rows: Sequence[_Row], bw: float) -> str:
             r.path,
         ])
     widths = [max(len(str(x[c])) for x in [head, *body]) for c in range(len(head))]
-    left = {0, 8, 9}
+    left = {0, 9, 10}
 
     def line(cells):
         return "  ".join(str(c).ljust(w) if j in left else str(c).rjust(w)
@@ -342,7 +378,7 @@ def _plot(path: str, rows: Sequence[_Row], bw: float) -> None:
         return
     bw_rows = [r for r in rows if r.fusion.kind == "bandwidth"]
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.5))
-    names = [r.fusion.name for r in rows]
+    names = [r.label for r in rows]
     width = 0.27
     for k, impl in enumerate(_IMPLS):
         xs = [j + (k - 1) * width for j in range(len(rows))]
@@ -357,7 +393,7 @@ def _plot(path: str, rows: Sequence[_Row], bw: float) -> None:
     top = max([r.times[i].us for r in rows for i in _IMPLS if r.times.get(i)] or [1.0])
     axes[0].set_ylim(top=top * 6)
     axes[0].legend(loc="upper center", ncol=3)
-    axes[1].set_xticks(range(len(bw_rows)), [r.fusion.name for r in bw_rows], rotation=20, ha="right")
+    axes[1].set_xticks(range(len(bw_rows)), [r.label for r in bw_rows], rotation=20, ha="right")
     axes[1].axhline(100.0, color="grey", lw=0.8, ls="--")
     axes[1].set_ylabel(f"% of copy bandwidth ({bw / 1e9:.0f} GB/s)")
     pcts = [100.0 * r.nbytes / (r.times[i].us * 1e-6) / bw for r in bw_rows for i in _IMPLS if r.times.get(i)]
@@ -387,9 +423,9 @@ def _run_cuda(fusions: Sequence[F.BenchFusion], *, quick: bool, plot: str | None
     iters, repeats, latency_calls = (20, 3, 500) if quick else (100, 7, 2000)
     rows: list[_Row] = []
     for f in fusions:
-        shape = f.quick_shape if quick else f.shape
-        print(f"  {f.name} {list(shape)} ...", file=sys.stderr, flush=True)
-        rows.append(_bench_row(f, shape, iters=iters, repeats=repeats, latency_calls=latency_calls))
+        for shape in (f.quick_shapes if quick else f.shapes):
+            print(f"  {f.name} {list(shape)} ...", file=sys.stderr, flush=True)
+            rows.append(_bench_row(f, shape, iters=iters, repeats=repeats, latency_calls=latency_calls))
 
     print()
     print(_table(rows, bw))
@@ -397,14 +433,14 @@ def _run_cuda(fusions: Sequence[F.BenchFusion], *, quick: bool, plot: str | None
           "the GPU is held busy (torch.cuda._sleep) while the host issues the loop.")
     if any(t is not None and t.host_bound for r in rows for t in r.times.values()):
         print("  * host-bound: Python could not issue calls as fast as the GPU ran them; the kernel alone is faster.")
-    small = [r.fusion.name for r in rows if r.fusion.kind == "bandwidth" and l2 and r.nbytes < 4 * l2]
+    small = [r.label for r in rows if r.fusion.kind == "bandwidth" and l2 and r.nbytes < 4 * l2]
     print(f"no L2 flush between calls (L2 {l2 / 2**20:.0f} MiB)"
           + (f"; these move less than 4x L2, so L2 hits may inflate %copy: {', '.join(small)}" if small
              else "; every bandwidth fusion moves more than 4x L2 per call, so reuse across calls is negligible"))
     for r in rows:
         for what, msg in r.errors.items():
             label = {"check": "fuser vs eager", "fuser": "fuser", "eager": "eager", "compile": "torch.compile"}[what]
-            print(f"  {r.fusion.name}: {label}: {msg}")
+            print(f"  {r.label}: {label}: {msg}")
 
     lat = [r for r in rows if r.fusion.kind == "latency"]
     for r in lat:
@@ -438,7 +474,7 @@ def _run_cuda(fusions: Sequence[F.BenchFusion], *, quick: bool, plot: str | None
         print()
         _plot(plot, rows, bw)
 
-    bad = [r.fusion.name for r in rows if r.check != "ok"]
+    bad = [r.label for r in rows if r.check != "ok"]
     if bad:
         print(f"\nfuser failed or mismatched on: {', '.join(bad)}")
         return 1
@@ -468,7 +504,8 @@ def add_parser(sub: Any) -> None:
         help="time fuser's kernels against eager PyTorch and torch.compile (CUDA); check them on CPU otherwise",
         description=__doc__.split("\n\n")[0],
     )
-    p.add_argument("--quick", action="store_true", help="smaller shapes and fewer iterations")
+    p.add_argument("--quick", action="store_true",
+                   help="fewer iterations, and each fusion at its quick shapes only (a subset for the reductions)")
     p.add_argument("--plot", metavar="OUT.png", default=None, help="also draw a bar chart (needs matplotlib)")
     p.add_argument("--only", nargs="+", metavar="NAME", default=None, help=f"run only these fusions ({names})")
     p.add_argument("--cpu", action="store_true", help="only run and check each fusion on CPU, even with CUDA")

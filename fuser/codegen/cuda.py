@@ -1,52 +1,108 @@
-"""Kernel IR -> CUDA C source."""
+"""Kernel IR -> CUDA C source: the kernel, its parameters and its statements."""
 from __future__ import annotations
 
-from fuser.lower.kir import Assign, Comment, Decl, For, If, Kernel, VecLoad, VecStore
+from fuser.ir.domain import MemoryType
+from fuser.lower.kir import (
+    Assign,
+    BlockAllReduce,
+    Comment,
+    Decl,
+    For,
+    GridReduce,
+    If,
+    Kernel,
+    Param,
+    Stmt,
+    Sync,
+    VecLoad,
+    VecStore,
+    WelfordMerge,
+)
 
-from .ops import RUNTIME_HEADER_NAME
+from .expr import INDEX_TYPE, expr, value_ctype
+from .ops import RUNTIME_HEADER_NAME, ctype
+from .reductions import block_allreduce, grid_reduce, welford_ctype, welford_merge
 
 _INDEX_CTYPE = {"int32": "int", "int64": "long long"}
+#: statements printed as calls of the reduction helpers, by kind
+_CALLS = {
+    BlockAllReduce: block_allreduce,
+    GridReduce: grid_reduce,
+    WelfordMerge: welford_merge,
+}
 
 
 def kernel_source(kernel: Kernel) -> str:
     """The complete translation unit for `kernel` (it includes the runtime header)."""
     lines = [
         f'#include "{RUNTIME_HEADER_NAME}"',
-        f"typedef {_INDEX_CTYPE[kernel.index_type]} nvfuser_index_t;",
+        *(f'#include "{h}"' for h in kernel.includes),
+        f"typedef {_INDEX_CTYPE[kernel.index_type]} {INDEX_TYPE};",
         "",
-        f'extern "C" __global__ void __launch_bounds__({max(kernel.threads, 1)}) {kernel.name}(',
+        f'extern "C" __global__ void __launch_bounds__({max(kernel.threads * kernel.threads_y, 1)}) {kernel.name}(',
     ]
-    params = [f"    {p.ctype} {p.name}" for p in kernel.params]
-    lines.append(",\n".join(params) + ") {")
-    _stmts(kernel.body, lines, 1)
+    lines.append(",\n".join(f"    {param_decl(p)}" for p in kernel.params) + ") {")
+    statements(kernel.body, lines, 1)
     lines.append("}")
     return "\n".join(lines) + "\n"
 
 
-def _stmts(stmts, out: list[str], depth: int) -> None:
+def param_decl(p: Param) -> str:
+    """`p` as a kernel parameter declaration."""
+    if p.kind == "semaphore":
+        return f"unsigned int* __restrict__ {p.name}"
+    if p.pointer:
+        const = "const " if p.readonly else ""
+        t = welford_ctype(p.dtype) if p.welford else value_ctype(p.dtype)
+        return f"{const}{t}* __restrict__ {p.name}"
+    return f"{value_ctype(p.dtype)} {p.name}"
+
+
+def statements(stmts: list[Stmt], out: list[str], depth: int) -> None:
+    """Append the lines of `stmts`, indented `depth` levels, to `out`."""
     pad = "  " * depth
     for s in stmts:
         if isinstance(s, Decl):
-            size = f"[{s.size}]" if s.size is not None else ""
-            init = f" = {s.init}" if s.init is not None else ""
-            out.append(f"{pad}{s.ctype} {s.name}{size}{init};")
+            out.append(pad + _decl(s))
         elif isinstance(s, Assign):
-            out.append(f"{pad}{s.lhs} = {s.rhs};")
+            out.append(f"{pad}{expr(s.lhs)} = {expr(s.rhs)};")
         elif isinstance(s, For):
             if s.unroll:
                 out.append(f"{pad}#pragma unroll")
-            out.append(f"{pad}for ({s.ctype} {s.var} = 0; {s.var} < {s.stop}; ++{s.var}) {{")
-            _stmts(s.body, out, depth + 1)
+            v = expr(s.var)
+            out.append(f"{pad}for ({value_ctype(s.dtype)} {v} = 0; {v} < {expr(s.stop)}; ++{v}) {{")
+            statements(s.body, out, depth + 1)
             out.append(f"{pad}}}")
         elif isinstance(s, If):
-            out.append(f"{pad}if ({s.cond}) {{")
-            _stmts(s.body, out, depth + 1)
+            out.append(f"{pad}if ({expr(s.cond)}) {{")
+            statements(s.then, out, depth + 1)
+            if s.orelse:
+                out.append(f"{pad}}} else {{")
+                statements(s.orelse, out, depth + 1)
             out.append(f"{pad}}}")
         elif isinstance(s, VecLoad):
-            out.append(f"{pad}fuser::load_vec<{s.ctype}, {s.n}>({s.dst}, {s.ptr});")
+            out.append(f"{pad}fuser::load_vec<{ctype(s.dtype)}, {s.n}>({expr(s.dst)}, {expr(s.src)});")
         elif isinstance(s, VecStore):
-            out.append(f"{pad}fuser::store_vec<{s.ctype}, {s.n}>({s.ptr}, {s.src});")
+            out.append(f"{pad}fuser::store_vec<{ctype(s.dtype)}, {s.n}>({expr(s.dst)}, {expr(s.src)});")
         elif isinstance(s, Comment):
             out.append(f"{pad}// {s.text}")
+        elif isinstance(s, Sync):
+            out.append(f"{pad}__syncthreads();")
+        elif type(s) in _CALLS:
+            out.extend(pad + line for line in _CALLS[type(s)](s))
         else:
             raise TypeError(f"no CUDA for {type(s).__name__}")
+
+
+def _decl(d: Decl) -> str:
+    size = f"[{d.size}]" if d.size is not None else ""
+    text = f"{welford_ctype(d.dtype) if d.welford else value_ctype(d.dtype)} {d.name}{size}"
+    if d.welford and d.space is MemoryType.Local:
+        return f"{text} = {{}};"  # an empty accumulator: zero mean, M2 and count
+    if d.space is MemoryType.Shared:
+        if d.init is not None:
+            raise ValueError(f"shared {d.name}: shared memory cannot be initialised where it is declared")
+        return f"__shared__ {text};"
+    if d.space is not MemoryType.Local:
+        raise ValueError(f"{d.name}: a kernel declares local or shared variables, not {d.space.name}")
+    return f"{text} = {expr(d.init)};" if d.init is not None else f"{text};"

@@ -431,8 +431,8 @@ _BINARY: dict[BinaryOpType, dict[str, str]] = {
     BinaryOpType.Add: {"b": "({} || {})", "if": "({} + {})", "c": "fuser::add({}, {})"},
     BinaryOpType.Sub: {"if": "({} - {})", "c": "fuser::sub({}, {})"},
     BinaryOpType.Mul: {"b": "({} && {})", "ifc": "({} * {})"},
-    # true division for floats; C's truncating division for integer results (index math: the
-    # frontend's div always has a floating result)
+    # true division for floats; C's truncating division for integer results: nvFuser's `div`
+    # of integers truncates toward zero (its `truediv` gives a float result instead)
     BinaryOpType.Div: {"ifc": "({} / {})"},
     BinaryOpType.Mod: {"if": "fuser::fmod({}, {})"},
     BinaryOpType.Fmod: {"if": "fuser::fmod({}, {})"},
@@ -545,3 +545,9 @@ def emit_ternary(op: TernaryOpType, a: str, b: str, c: str, dts: Sequence[DataTy
                 f"{emit_cast(c, c_dt, comp)})")
         return emit_cast(core, comp, out)
     raise NotImplementedError(what)
+
+
+def binds_tightly(x: str) -> bool:
+    """Whether the C++ expression `x` needs no parentheses as an operand: a name, a literal,
+    a call, an index or a parenthesised expression."""
+    return _atomic(x.strip())

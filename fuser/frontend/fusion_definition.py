@@ -602,14 +602,13 @@ class FusionDefinition:
         return "\n".join(_scheduled_ir(k.fusion, tensor_transforms) for k in self._kernels_for(inputs, "scheduled_fusion_ir_for"))
 
     def _kernels_for(self, inputs: Sequence[Any], what: str) -> list:
-        from fuser.runtime.kernels import prepare_pointwise
+        from fuser.runtime.kernels import generates_kernel, prepare_kernel
         from fuser.runtime.segmented import example_args
-        from fuser.scheduler import SchedulerType
 
         inputs = _flatten_inputs(inputs)
         seg = self.segmented_fusion_for(inputs)
-        kernels = [prepare_pointwise(g.fusion(), example_args(seg, g, inputs)) for g in seg.groups
-                   if g.scheduler in (SchedulerType.pointwise, SchedulerType.transpose)]
+        kernels = [prepare_kernel(g.scheduler, g.fusion(), example_args(seg, g, inputs), seg.runtime_info.device)
+                   for g in seg.groups if generates_kernel(g.scheduler)]
         if not kernels:
             raise RuntimeError(f"fd.{what}(): no segment of this fusion becomes a generated kernel yet "
                                f"(schedulers: {', '.join(g.scheduler.value for g in seg.groups) or 'none'})")

@@ -1,89 +1,374 @@
-"""Kernel IR: what one CUDA kernel does, as statements over C expressions.
+"""Kernel IR: what one CUDA kernel does, as structured statements over expression trees.
 
-Lowering builds it from a scheduled Fusion (loop nests from the loop domains, indices
-from the transforms, predicates, vector accesses); codegen prints it. Expressions are C
-strings already: the emitters in `fuser.codegen.ops` and the index arithmetic in
-`fuser.lower.index` produce them.
+Lowering builds it from a scheduled Fusion (loop nests from the loop domains, indices from
+the transforms, predicates, vector accesses, reductions); `fuser.codegen.cuda` alone prints
+it as C. Nothing here is C text.
+
+Expressions are immutable. Index arithmetic (`IndexBinary`, built by `+ - * // %` on
+expressions and the helpers below) runs in the kernel's index type over loop variables,
+thread and block indices, integer literals and kernel parameters; the Fusion IR's arithmetic
+(`Unary`, `Binary`, `Ternary`, `Cast`, `Const`) keeps its ops and operand/result DataTypes,
+so codegen gives it PyTorch's semantics.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Union
 
+from fuser.ir.domain import MemoryType, ParallelType
+from fuser.ir.dtype import DataType
+from fuser.ir.exprs import BinaryOpType, TernaryOpType, UnaryOpType
 
-@dataclass
-class Param:
+# --- expressions ---------------------------------------------------------------------------
+
+
+class Expr:
+    """A kernel IR expression; `+ - * // %` build index arithmetic (`//` truncates)."""
+
+    __slots__ = ()
+
+    def __add__(self, other: Expr | int) -> IndexBinary:
+        return IndexBinary(BinaryOpType.Add, self, as_expr(other))
+
+    def __radd__(self, other: int) -> IndexBinary:
+        return IndexBinary(BinaryOpType.Add, as_expr(other), self)
+
+    def __sub__(self, other: Expr | int) -> IndexBinary:
+        return IndexBinary(BinaryOpType.Sub, self, as_expr(other))
+
+    def __rsub__(self, other: int) -> IndexBinary:
+        return IndexBinary(BinaryOpType.Sub, as_expr(other), self)
+
+    def __mul__(self, other: Expr | int) -> IndexBinary:
+        return IndexBinary(BinaryOpType.Mul, self, as_expr(other))
+
+    def __rmul__(self, other: int) -> IndexBinary:
+        return IndexBinary(BinaryOpType.Mul, as_expr(other), self)
+
+    def __floordiv__(self, other: Expr | int) -> IndexBinary:
+        return IndexBinary(BinaryOpType.Div, self, as_expr(other))
+
+    def __mod__(self, other: Expr | int) -> IndexBinary:
+        return IndexBinary(BinaryOpType.Mod, self, as_expr(other))
+
+
+@dataclass(frozen=True)
+class Var(Expr):
+    """A named variable: a loop index, a register or shared array, a scalar (see Decl, For)."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class ParallelIndex(Expr):
+    """The thread's index along a block or thread dimension (blockIdx.x, threadIdx.y, ...);
+    unsigned: wrap it in IndexCast for index arithmetic."""
+
+    ptype: ParallelType
+
+
+@dataclass(frozen=True)
+class ParallelDim(Expr):
+    """The size of a block or thread dimension: gridDim for BID types, blockDim for TID ones."""
+
+    ptype: ParallelType
+
+
+@dataclass(frozen=True)
+class IntLit(Expr):
+    """An integer literal of index arithmetic."""
+
+    value: int
+
+
+@dataclass(frozen=True)
+class Const(Expr):
+    """A constant of a Fusion DataType (converted to it as PyTorch casts)."""
+
+    value: bool | int | float | complex
+    dtype: DataType
+
+
+@dataclass(frozen=True, eq=False)
+class Param(Expr):
     """A kernel parameter and where its value comes from at launch.
 
     `kind`: "tensor" (`source` is the TensorView; a pointer), "stride" (`source` is
-    (TensorView, logical dim)), "extent" (`source` is the Scalar), "scalar" (a scalar input).
+    (TensorView, logical dim)), "extent" (`source` is the Scalar), "scalar" (a scalar input),
+    "work" (a grid reduction's partials: `source` is (bytes per value, values per block)),
+    "semaphore" (the grid reductions' arrival counters, unsigned ints).
+    `dtype` None: the kernel's index type. `fmt`: the struct format letter it is packed with.
     """
 
     name: str
-    ctype: str
     kind: str
     source: Any
-    #: struct format letter for packing (pycuda prepared call)
-    fmt: str = "P"
+    fmt: str
+    dtype: DataType | None = None
+    pointer: bool = False
+    #: a pointer the kernel only reads
+    readonly: bool = False
+    #: a work buffer of Welford accumulators of `dtype`
+    welford: bool = False
+
+
+@dataclass(frozen=True)
+class IndexCast(Expr):
+    """`value` converted to the kernel's index type."""
+
+    value: Expr
+
+
+@dataclass(frozen=True)
+class IndexBinary(Expr):
+    """Index arithmetic, a comparison or a logical and/or in the kernel's index type: `op` is
+    Add, Sub, Mul, Div (truncating), Mod, CeilDiv, Max, Min, Lt, Le, Gt, Ge, Eq, Ne,
+    LogicalAnd or LogicalOr."""
+
+    op: BinaryOpType
+    lhs: Expr
+    rhs: Expr
+
+
+@dataclass(frozen=True)
+class Not(Expr):
+    """The logical negation of a condition."""
+
+    value: Expr
+
+
+@dataclass(frozen=True)
+class Unary(Expr):
+    """A Fusion IR unary op (Cast included) on `operand` of `dtype`, giving `out`."""
+
+    op: UnaryOpType
+    operand: Expr
+    dtype: DataType
+    out: DataType
+
+
+@dataclass(frozen=True)
+class Binary(Expr):
+    """A Fusion IR binary op. `common`: the type comparisons and logical ops run in (the
+    operands' promoted type, which depends on which operands are tensors)."""
+
+    op: BinaryOpType
+    lhs: Expr
+    rhs: Expr
+    lhs_dtype: DataType
+    rhs_dtype: DataType
+    out: DataType
+    common: DataType | None = None
+
+
+@dataclass(frozen=True)
+class Ternary(Expr):
+    """A Fusion IR ternary op (where, lerp, clamp, threshold). `common`: the type threshold
+    compares x and its threshold in."""
+
+    op: TernaryOpType
+    operands: tuple[Expr, Expr, Expr]
+    dtypes: tuple[DataType, DataType, DataType]
+    out: DataType
+    common: DataType | None = None
+
+
+@dataclass(frozen=True)
+class Cast(Expr):
+    """`value` of `src` converted to `dst` as PyTorch's `.to(dst)` does."""
+
+    value: Expr
+    src: DataType
+    dst: DataType
+
+
+@dataclass(frozen=True)
+class Element(Expr):
+    """`base[index]`: an element of a tensor pointer or of a register/shared array."""
+
+    base: Expr
+    index: Expr
+
+
+@dataclass(frozen=True)
+class AddressOf(Expr):
+    """The address of an element (a vector access's global side)."""
+
+    value: Expr
+
+
+@dataclass(frozen=True)
+class Member(Expr):
+    """A field of a Welford accumulator: `avg`, `m2` or `n`."""
+
+    base: Expr
+    field: str
+
+
+def as_expr(x: Expr | int) -> Expr:
+    """`x`, with a Python int made an IntLit."""
+    return IntLit(x) if isinstance(x, int) else x
+
+
+def lt(a: Expr, b: Expr | int) -> IndexBinary:
+    """`a < b` in index arithmetic."""
+    return IndexBinary(BinaryOpType.Lt, a, as_expr(b))
+
+
+def eq(a: Expr, b: Expr | int) -> IndexBinary:
+    """`a == b` in index arithmetic."""
+    return IndexBinary(BinaryOpType.Eq, a, as_expr(b))
+
+
+def all_of(conds: list[Expr]) -> Expr | None:
+    """The conjunction of `conds` (None for none)."""
+    out = None
+    for c in conds:
+        out = c if out is None else IndexBinary(BinaryOpType.LogicalAnd, out, c)
+    return out
+
+
+# --- statements ------------------------------------------------------------------------------
 
 
 @dataclass
 class Decl:
-    """`ctype name[size];` (size None: a scalar), optionally initialised."""
+    """A variable: a scalar (`size` None) or an array, in registers or shared memory,
+    optionally initialised. `dtype` None: the kernel's index type. `welford`: a Welford
+    accumulator (mean and M2 of `dtype`, a 64-bit count), starting empty."""
 
-    ctype: str
     name: str
+    dtype: DataType | None
     size: int | None = None
-    init: str | None = None
+    init: Expr | None = None
+    space: MemoryType = MemoryType.Local
+    welford: bool = False
 
 
 @dataclass
 class Assign:
-    lhs: str
-    rhs: str
+    """`lhs = rhs`."""
+
+    lhs: Expr
+    rhs: Expr
 
 
 @dataclass
 class For:
-    """`for (index_t var = 0; var < stop; ++var)`; `unroll` adds #pragma unroll."""
+    """`var` from 0 while below `stop`; `unroll` asks the compiler to unroll it. `dtype`
+    None: the index type."""
 
-    var: str
-    stop: str
-    body: list["Stmt"] = field(default_factory=list)
+    var: Var
+    stop: Expr
+    body: list[Stmt] = field(default_factory=list)
     unroll: bool = False
-    ctype: str = "nvfuser_index_t"
+    dtype: DataType | None = None
 
 
 @dataclass
 class If:
-    cond: str
-    body: list["Stmt"] = field(default_factory=list)
+    """`then` where `cond` holds, else `orelse`."""
+
+    cond: Expr
+    then: list[Stmt] = field(default_factory=list)
+    orelse: list[Stmt] | None = None
 
 
 @dataclass
 class VecLoad:
-    """`n` consecutive elements from `ptr` into the register array `dst`, one access."""
+    """`n` consecutive elements of `dtype` from address `src` to register address `dst`, in
+    one access."""
 
-    ctype: str
+    dtype: DataType
     n: int
-    dst: str
-    ptr: str
+    dst: Expr
+    src: Expr
 
 
 @dataclass
 class VecStore:
-    ctype: str
+    """`n` consecutive elements of `dtype` from register address `src` to address `dst`, in
+    one access."""
+
+    dtype: DataType
     n: int
-    ptr: str
-    src: str
+    dst: Expr
+    src: Expr
 
 
 @dataclass
 class Comment:
+    """A line of explanation in the generated code."""
+
     text: str
 
 
-Stmt = Union[Decl, Assign, For, If, VecLoad, VecStore, Comment]
+@dataclass
+class Sync:
+    """A barrier for the threads of the block (shared memory written before is visible after)."""
+
+
+@dataclass
+class WelfordMerge:
+    """Merge `count` values of mean `mean` and sum of squared deviations `m2` (all of
+    `dtype`, a thread's tile) into its Welford accumulator `acc` (a Decl with
+    welford=True). Prints `fuser::welford_merge(acc, mean, m2, count);`."""
+
+    acc: Expr
+    mean: Expr
+    m2: Expr
+    count: Expr
+
+
+@dataclass
+class BlockAllReduce:
+    """`out` = `value` combined over the threads of the block along `over` (TIDx: the
+    threads of a row; TIDy: of a column), every one of them getting the result. `op`: the
+    Fusion IR's combining op on `dtype` values, or None to combine Welford accumulators.
+    `smem`: a shared array of blockDim.x * blockDim.y values. Every thread of the block runs
+    it (it synchronises). Prints `out = fuser::block_allreduce_x(value, op, smem);`."""
+
+    out: Expr
+    value: Expr
+    op: BinaryOpType | None
+    dtype: DataType
+    smem: Expr
+    over: ParallelType = ParallelType.TIDx
+
+
+@dataclass
+class GridItem:
+    """One value a GridReduce combines across blocks: the accumulator `acc` (already
+    combined over the block), its op (None: Welford) and identity `init`, its global work
+    buffer (a "work" Param), shared scratch and the block's output slot it holds."""
+
+    acc: Expr
+    op: BinaryOpType | None
+    dtype: DataType
+    init: Expr | None
+    work: Expr
+    smem: Expr
+    slot: Expr
+
+
+@dataclass
+class GridReduce:
+    """Combine `items` across the blocks of a grid column (along gridDim.y) in one kernel:
+    each block's `writer` threads store its partials (`slots` per block), the block counts
+    itself in `semaphore`, every block but the last returns, and the last combines every
+    partial (the threads sharing a slot split them: a row with `over_x`, else a column).
+    `flag` is a shared int. Prints calls of fuser::grid_write, grid_arrive, grid_finish."""
+
+    items: list[GridItem]
+    semaphore: Expr
+    flag: Expr
+    slots: int
+    writer: Expr
+    over_x: bool
+
+
+Stmt = Union[Decl, Assign, For, If, VecLoad, VecStore, Comment, Sync, WelfordMerge, BlockAllReduce, GridReduce]
 
 
 @dataclass
@@ -93,8 +378,49 @@ class Kernel:
     name: str
     params: list[Param]
     body: list[Stmt]
+    #: "int32" or "int64": the type index arithmetic runs in
     index_type: str
     threads: int = 1
     #: the extents (Scalars) of the loop axes bound to blockIdx.x and blockIdx.y: the grid
     grid_extent: Any = None
     grid_extent_y: Any = None
+    threads_y: int = 1
+    #: runtime headers besides the main one (block and grid reductions)
+    includes: tuple[str, ...] = ()
+
+
+
+def substitute(e: Expr, repl: dict[Expr, Expr]) -> Expr:
+    """`e` with every sub-expression found in `repl` replaced."""
+    got = repl.get(e) if not isinstance(e, Param) else None
+    if got is not None:
+        return got
+    if not dataclasses.is_dataclass(e) or isinstance(e, Param):
+        return e
+    changes = {}
+    for f in dataclasses.fields(e):
+        v = getattr(e, f.name)
+        if isinstance(v, Expr):
+            nv = substitute(v, repl)
+        elif isinstance(v, tuple) and any(isinstance(x, Expr) for x in v):
+            nv = tuple(substitute(x, repl) if isinstance(x, Expr) else x for x in v)
+        else:
+            continue
+        if nv is not v:
+            changes[f.name] = nv
+    return dataclasses.replace(e, **changes) if changes else e
+
+
+def substitute_stmt(s: Any, repl: dict[Expr, Expr]) -> Any:
+    """A copy of statement `s` (and the statements inside it) with `repl` applied to its
+    expressions."""
+    changes = {}
+    for f in dataclasses.fields(s):
+        v = getattr(s, f.name)
+        if isinstance(v, Expr):
+            changes[f.name] = substitute(v, repl)
+        elif isinstance(v, list):
+            changes[f.name] = [substitute_stmt(x, repl) if dataclasses.is_dataclass(x) else x for x in v]
+        elif dataclasses.is_dataclass(v) and not isinstance(v, type):
+            changes[f.name] = substitute_stmt(v, repl)
+    return dataclasses.replace(s, **changes)

@@ -1,8 +1,8 @@
 """Generated kernels for segments: schedule, lower, print, compile, and launch them.
 
-`prepare_pointwise(group_fusion, args)` schedules a pointwise segment for the call
+`prepare_kernel(scheduler, group_fusion, args, device)` schedules a segment for the call
 `args` describes and returns its CUDA source and launch plan; no GPU is needed until
-`PointwiseKernel.load()`. A plan is made once per input signature: at run time only the
+`GeneratedKernel.load()`. A plan is made once per input signature: at run time only the
 tensors' data pointers change, so a launch packs pointers in front of a precomputed tail.
 """
 from __future__ import annotations
@@ -12,65 +12,13 @@ from typing import Any, Sequence
 import torch
 
 from fuser.codegen.cuda import kernel_source
-from fuser.ir import Fusion, TensorView
+from fuser.ir import Fusion, TensorView, WelfordOp
 from fuser.options import dump
 from fuser.lower.kir import Kernel
 from fuser.lower.lower import NotLowerable, lower_pointwise
-from fuser.scheduler import FusionAnalysis, SchedulerRuntimeInfo
+from fuser.scheduler import FusionAnalysis, SchedulerRuntimeInfo, SchedulerType
 from fuser.scheduler import pointwise as pw
-
-def _inner_extent(info: SchedulerRuntimeInfo, ref: TensorView) -> int:
-    """Elements of the reference's innermost axes up to and including its first
-    non-broadcast one: vector lanes never cross that boundary."""
-    n = 1
-    for i in reversed(ref.logical_no_reductions()):
-        n *= info.extent(i)
-        if not i.is_broadcast:
-            break
-    return n
-
-
-def _vectorizable(sub, info: SchedulerRuntimeInfo, ref: TensorView, args: dict[TensorView, Any]) -> list[TensorView]:
-    """Inputs and outputs whose innermost stored axis is the reference's innermost axis
-    with stride 1, and whose other strides keep every vector aligned."""
-    find, id_of = sub.uf.find, sub.a.id_of
-    concrete = [i for i in ref.logical_no_reductions() if not i.is_broadcast]
-    if not concrete:
-        return []
-    inner_class = find(id_of(concrete[-1]))
-    out = []
-    fusion = sub.a.fusion
-    for tv in [*fusion.inputs, *fusion.outputs]:
-        if not isinstance(tv, TensorView):
-            continue
-        alloc = [i for i in tv.domain.maybe_allocation if not i.is_reduction and not i.is_broadcast]
-        if not alloc or find(id_of(alloc[-1])) != inner_class:
-            continue
-        x = args.get(tv)
-        if x is not None:
-            logical = tv.logical_no_reductions()
-            d = logical.index(alloc[-1])
-            if x.stride(d) != 1 and x.shape[d] > 1:
-                continue
-        out.append(tv)
-    return out
-
-
-def _stride_alignment(vec: list[TensorView], args: dict[TensorView, Any]) -> int:
-    """The largest power of two (up to 16) dividing every outer stride, in elements, of the
-    vector-accessed inputs: a vector must never straddle a row start."""
-    align = 16
-    for tv in vec:
-        x = args.get(tv)
-        if x is None:
-            continue
-        for k in range(x.dim()):
-            st = x.stride(k)
-            if st > 1 and x.shape[k] > 1:
-                while align > 1 and st % align:
-                    align //= 2
-    return align
-
+from fuser.scheduler.vectorize import stride_alignment, vectorizable
 
 #: loaded kernels by (source, arch, device): new sizes whose heuristics come out equal
 #: generate the same source, so they reuse the loaded module instead of compiling
@@ -83,36 +31,54 @@ def clear_loaded() -> None:
     _loaded.clear()
 
 
-class PointwiseKernel:
-    """One pointwise segment's kernel for one input signature."""
+def _check_covers(info: SchedulerRuntimeInfo, fusion: Fusion, args: Sequence[Any], grid: tuple[int, int]) -> None:
+    """Refuse a launch that would skip work or read nothing: an empty grid while some output
+    has elements, or an input with no elements (its data pointer is null) that a non-empty
+    grid would still read: every axis it iterates has elements and an expanded axis has
+    none (a sum over an expanded axis of extent 0 reads the value it copies)."""
+    empty_grid = grid[0] <= 0 or grid[1] <= 0
+    if empty_grid:
+        for tv in fusion.outputs:
+            if isinstance(tv, TensorView) and info.numel(tv) > 0:
+                raise NotLowerable(f"the kernel's iteration space is empty, but output {tv!r} is not")
+        return
+    for tv, x in zip(fusion.inputs, args):
+        if isinstance(x, torch.Tensor) and x.numel() == 0 and isinstance(tv, TensorView) and all(
+                n > 0 for i, n in zip(tv.logical_no_reductions(), x.shape) if not i.is_broadcast):
+            raise NotLowerable(f"input {tv!r} has no elements but the kernel would read it")
 
-    def __init__(self, fusion: Fusion, kernel: Kernel, source: str, params: pw.PointwiseParams,
-                 info: SchedulerRuntimeInfo) -> None:
+
+class GeneratedKernel:
+    """One segment's generated kernel for one input signature: its source, launch shape
+    and the plan that turns a call's tensors into the kernel's arguments."""
+
+    def __init__(self, fusion: Fusion, kernel: Kernel, source: str, params: Any, info: SchedulerRuntimeInfo,
+                 grid: tuple[int, int], block: tuple[int, int]) -> None:
         self.fusion = fusion
         self.kernel = kernel
         self.source = source
         self.params = params
         self.info = info
         self.compiled = None
-        bx = info.evaluate(kernel.grid_extent) if kernel.grid_extent is not None else 1
-        by = info.evaluate(kernel.grid_extent_y) if kernel.grid_extent_y is not None else 1
         # an empty grid (zero elements) launches nothing
-        self.grid = (max(int(bx), 0), max(int(by), 0), 1) if bx and by else (0, 1, 1)
-        self.block = (kernel.threads, 1, 1)
+        self.grid = (grid[0], grid[1], 1) if grid[0] > 0 and grid[1] > 0 else (0, 1, 1)
+        self.block = (block[0], block[1], 1)
         self.format = "".join(p.fmt for p in kernel.params)
-        # which params are data pointers (per call) and the values of the rest (per signature)
-        self.tensor_params = [p.source for p in kernel.params if p.kind == "tensor"]
-        self._fixed: list[tuple[int, Any]] = []
         self.out_layouts = [_dense_layout(info, tv) for tv in fusion.outputs]
 
-    def bind_fixed(self, args: dict[TensorView, torch.Tensor], scalars: dict[Any, Any]) -> None:
+    def bind_fixed(self, args: dict[TensorView, torch.Tensor]) -> None:
         """Values of the per-signature parameters (strides, extents) and where the per-call
-        ones (data pointers, scalar inputs) come from."""
+        ones (data pointers, scalar inputs, grid-reduction buffers) come from."""
         template: list[Any] = [None] * len(self.kernel.params)
         strides = dict(zip(self.fusion.outputs, (lay[1] for lay in self.out_layouts)))
         in_pos = {v: j for j, v in enumerate(self.fusion.inputs)}
         out_pos = {v: j for j, v in enumerate(self.fusion.outputs)}
         self._in_ptrs, self._out_ptrs, self._scalars = [], [], []
+        self._out_storage_ptrs: list[tuple[int, int]] = []
+        #: (param position, bytes) of the work buffers a grid reduction needs per launch
+        self._work: list[tuple[int, int]] = []
+        self._semaphore: int | None = None
+        self._semaphores: dict[int, torch.Tensor] = {}
         for k, p in enumerate(self.kernel.params):
             if p.kind == "stride":
                 tv, d = p.source
@@ -121,17 +87,38 @@ class PointwiseKernel:
                 template[k] = int(self.info.evaluate(p.source))
             elif p.kind == "scalar":
                 self._scalars.append((k, in_pos[p.source]))
+            elif p.kind == "work":
+                elem_bytes, slots = p.source
+                self._work.append((k, max(1, self.grid[0] * self.grid[1] * slots * elem_bytes)))
+            elif p.kind == "semaphore":
+                self._semaphore = k
             elif p.source in in_pos:
                 self._in_ptrs.append((k, in_pos[p.source]))
             else:
-                self._out_ptrs.append((k, out_pos[p.source]))
+                j = out_pos[p.source]
+                stored, _, user = self.out_layouts[j]
+                # expanded to no elements: the view's data pointer is null, but the kernel
+                # still writes the values it would copy (into the storage we allocated)
+                empty_view = 0 in user and 0 not in stored
+                (self._out_storage_ptrs if empty_view else self._out_ptrs).append((k, j))
         self._template = template
         dev = self.info.device
         self._alloc = [(stored, strides_, tv.dtype.torch, dev, user if user != stored else None)
                        for tv, (stored, strides_, user) in zip(self.fusion.outputs, self.out_layouts)]
 
+    def check_devices(self, args: Sequence[Any]) -> None:
+        """Refuse tensor arguments that are not on the kernel's device (a pointer there
+        would fault or write wild memory). Once per launch plan: the input signature the
+        plan was built for fixes every argument's device."""
+        dev = self.info.device
+        for j, x in enumerate(args):
+            if isinstance(x, torch.Tensor) and x.device != dev and x.device.type != "meta":
+                tv = self.fusion.inputs[j]
+                raise RuntimeError(f"kernel {self.kernel.name}: argument {j} ({tv!r}) is on {x.device}, "
+                                   f"but the kernel runs on {dev}")
+
     def load(self) -> None:
-        """Compile (or fetch from the kernel cache) and load the kernel on the current device."""
+        """Compile (or fetch from the kernel cache) and load the kernel on its device."""
         from fuser.codegen.ops import runtime_headers
 
         from .kernel_cache import get_cubin
@@ -143,7 +130,7 @@ class PointwiseKernel:
         compiled = _loaded.get(key)
         if compiled is None:
             cubin = get_cubin(self.source, arch=arch, headers=runtime_headers())
-            compiled = _loaded[key] = CompiledKernel(cubin, self.kernel.name, self.format)
+            compiled = _loaded[key] = CompiledKernel(cubin, self.kernel.name, self.format, device=self.info.device)
         self.compiled = compiled
 
     def allocate_outputs(self) -> list[torch.Tensor]:
@@ -167,9 +154,28 @@ class PointwiseKernel:
             values[k] = inputs[j].data_ptr()
         for k, j in self._out_ptrs:
             values[k] = outputs[j].data_ptr()
+        for k, j in self._out_storage_ptrs:
+            values[k] = outputs[j].untyped_storage().data_ptr()
         for k, j in self._scalars:
             values[k] = inputs[j]
+        if self._work:
+            self._grid_buffers(values)
         compiled.launch(self.grid, self.block, values)
+
+    def _grid_buffers(self, values: list[Any]) -> None:
+        """A grid reduction's buffers: partials from PyTorch's allocator for this launch, and
+        arrival counters kept per stream (the last block zeroes them again, and launches on
+        one stream run in order)."""
+        dev = self.info.device
+        work = [torch.empty(n, dtype=torch.uint8, device=dev) for _, n in self._work]
+        for (k, _), buf in zip(self._work, work):
+            values[k] = buf.data_ptr()  # freed on return: PyTorch's allocator orders reuse after this launch
+        if self._semaphore is not None:
+            stream = torch.cuda.current_stream(dev).cuda_stream
+            sem = self._semaphores.get(stream)
+            if sem is None:
+                sem = self._semaphores[stream] = torch.zeros(max(1, self.grid[0]), dtype=torch.int32, device=dev)
+            values[self._semaphore] = sem.data_ptr()
 
 
 def _dense_layout(info: SchedulerRuntimeInfo, tv: TensorView) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
@@ -188,28 +194,33 @@ def _dense_layout(info: SchedulerRuntimeInfo, tv: TensorView) -> tuple[tuple[int
     return stored, tuple(strides), user
 
 
-def prepare_pointwise(fusion: Fusion, args: Sequence[Any]) -> PointwiseKernel:
+def prepare_pointwise(fusion: Fusion, args: Sequence[Any], device: torch.device | None = None) -> GeneratedKernel:
     """Schedule and lower a pointwise segment for the call whose inputs are `args`
-    (torch tensors on any device, meta included; scalars). Raises NotLowerable when the
-    segment needs code this generator does not write yet."""
+    (torch tensors on any device, meta included; scalars) on `device` (the call's device:
+    what a segment with no tensor inputs allocates and launches on; default: the
+    arguments'). Raises NotLowerable when the segment needs code this generator does not
+    write yet."""
     fusion, _ = fusion.clone()  # scheduling transforms the copy; the segment stays as defined
-    info = SchedulerRuntimeInfo(fusion, args)
+    info = SchedulerRuntimeInfo(fusion, args, device=device)
     sub = FusionAnalysis(fusion, info).whole()
     try:
         ref = pw.reference_tensor(sub)
     except ValueError as err:
         raise NotLowerable(str(err)) from None
     by_tv = {tv: x for tv, x in zip(fusion.inputs, args) if isinstance(tv, TensorView)}
-    vec = _vectorizable(sub, info, ref, by_tv)
+    concrete = [i for i in ref.logical_no_reductions() if not i.is_broadcast]
+    vec = vectorizable(sub, concrete[-1]) if concrete else []
     total = info.numel(ref)
-    params = pw.heuristics(sub, vec, _inner_extent(info, ref), total, ref, max_vector=_stride_alignment(vec, by_tv))
+    params = pw.heuristics(sub, vec, pw.inner_extent(info, ref), total, ref, max_vector=stride_alignment(sub, vec))
     pw.schedule(fusion, ref, params, sub)
     kernel = lower_pointwise(fusion, ref, params.vectorize, frozenset(tv.name for tv in vec), params.index_type, sub)
     source = kernel_source(kernel)
     dump("cuda_kernel", source)
-    k = PointwiseKernel(fusion, kernel, source, params, info)
-    scalars = dict(info.binding.scalars)
-    k.bind_fixed(by_tv, scalars)
+    bx = info.evaluate(kernel.grid_extent) if kernel.grid_extent is not None else 1
+    by = info.evaluate(kernel.grid_extent_y) if kernel.grid_extent_y is not None else 1
+    _check_covers(info, fusion, args, (int(bx), int(by)))
+    k = GeneratedKernel(fusion, kernel, source, params, info, (int(bx), int(by)), (kernel.threads, 1))
+    k.bind_fixed(by_tv)
     return k
 
 
@@ -223,3 +234,65 @@ def kernels_available(device: torch.device) -> bool:
     import importlib.util
 
     return importlib.util.find_spec("pycuda") is not None
+
+
+def prepare_reduction(fusion: Fusion, args: Sequence[Any], device: torch.device | None = None, *,
+                      persistent: bool = False) -> GeneratedKernel:
+    """Schedule and lower a reduction (or, with `persistent`, an inner-persistent) segment
+    for the call whose inputs are `args` on `device`; raises NotLowerable for what these
+    kernels do not cover (the segment then runs on the reference executor)."""
+    from fuser.lower.reduction import lower_reduction
+    from fuser.scheduler import normalization
+    from fuser.scheduler import reduction as red
+
+    fusion, _ = fusion.clone()
+    info = SchedulerRuntimeInfo(fusion, args, device=device)
+    sub = FusionAnalysis(fusion, info).whole()
+    reds = sub.reductions()
+    if not reds:
+        raise NotLowerable("no reduction")
+    geo = red.geometry(sub)
+    if geo.n_red == 0 and any(isinstance(r.expr, WelfordOp) for r in reds):
+        raise NotLowerable("a mean over no elements (NaN, which an empty Welford accumulator does not hold)")
+    if persistent and not geo.inner:
+        raise NotLowerable("an outer persistent reduction")
+    vec = vectorizable(sub, geo.vector_axis) if geo.vector_axis is not None else []
+    width = red.vector_width(sub, geo, vec, stride_alignment(sub, vec))
+    try:
+        params = (normalization.inner_persistent_heuristics(sub, geo, width) if persistent
+                  else red.heuristics(sub, geo, width))
+    except ValueError as err:
+        raise NotLowerable(str(err)) from None
+    red.schedule(fusion, geo)
+    by_tv = {tv: x for tv, x in zip(fusion.inputs, args) if isinstance(tv, TensorView)}
+    kernel = lower_reduction(fusion, geo.ref, params, frozenset(vec) if width > 1 else frozenset(), sub,
+                             reds[0].red_classes)
+    source = kernel_source(kernel)
+    dump("cuda_kernel", source)
+    per_block = params.bdy if params.inner else params.bdx * params.vectorize
+    grid = (-(-geo.n_iter // per_block), params.grid_y)
+    _check_covers(info, fusion, args, grid)
+    k = GeneratedKernel(fusion, kernel, source, params, info, grid, (params.bdx, params.bdy))
+    k.bind_fixed(by_tv)
+    return k
+
+
+#: the schedulers whose segments become generated kernels, and how each is prepared
+_PREPARE = {
+    SchedulerType.pointwise: prepare_pointwise,
+    SchedulerType.transpose: prepare_pointwise,
+    SchedulerType.reduction: prepare_reduction,
+    SchedulerType.inner_persistent: lambda f, a, d=None: prepare_reduction(f, a, d, persistent=True),
+}
+
+
+def generates_kernel(scheduler: SchedulerType) -> bool:
+    """Whether segments of `scheduler` become generated kernels (others run on the reference
+    executor)."""
+    return scheduler in _PREPARE
+
+
+def prepare_kernel(scheduler: SchedulerType, fusion: Fusion, args: Sequence[Any],
+                   device: torch.device | None = None) -> GeneratedKernel:
+    """The generated kernel of a segment of `scheduler` for the call `args` describes."""
+    return _PREPARE[scheduler](fusion, args, device)

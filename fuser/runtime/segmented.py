@@ -11,10 +11,9 @@ from fuser.ir import Fusion, Scalar, TensorView, Val
 from fuser.segment import SegmentedFusion, SegmentedGroup
 
 from fuser.lower.lower import NotLowerable
-from fuser.scheduler import SchedulerType
 
 from .binding import Binding, BindingPlan
-from .kernels import kernels_available, prepare_pointwise
+from .kernels import generates_kernel, kernels_available, prepare_kernel
 from .reference import ReferenceExecutor
 
 
@@ -35,7 +34,7 @@ class _GroupRun:
         self.kernel = None
 
     def codegen_candidate(self) -> bool:
-        return self.group.scheduler in (SchedulerType.pointwise, SchedulerType.transpose)
+        return generates_kernel(self.group.scheduler)
 
 
 class SegmentedRunner:
@@ -82,9 +81,11 @@ class SegmentedRunner:
             args = [_as_declared(env[v], v) if inter else env[v] for v, inter in zip(r.inputs, r.intermediate)]
             if self.use_kernels and r.kernel is None and r.codegen_candidate():
                 try:
-                    r.kernel = prepare_pointwise(r.fusion, args)
+                    r.kernel = prepare_kernel(r.group.scheduler, r.fusion, args, device)
                 except NotLowerable:
                     r.kernel = False
+                else:
+                    r.kernel.check_devices(args)
             if r.kernel:
                 outs = r.kernel.allocate_outputs()
                 r.kernel.run(args, outs)

@@ -65,6 +65,17 @@ class PointwiseParams:
                 f"index_type={self.index_type}, break_point={self.break_point})")
 
 
+def inner_extent(info, ref: TensorView) -> int:
+    """Elements of the reference's innermost axes up to and including its first
+    non-broadcast one: vector lanes never cross that boundary."""
+    n = 1
+    for i in reversed(ref.logical_no_reductions()):
+        n *= info.extent(i)
+        if not i.is_broadcast:
+            break
+    return n
+
+
 def reference_tensor(sub: SubFusion) -> TensorView:
     """The output whose axes span the segment's iteration space."""
     ref = sub.reference(sub.outputs, sub.concrete_classes())

@@ -1,0 +1,46 @@
+"""Kernel IR reductions -> calls of fuser_reduction.cuh's block and grid reductions and
+Welford helpers (the node docstrings in `fuser.lower.kir` say what each does)."""
+from __future__ import annotations
+
+from fuser.ir.domain import ParallelType
+from fuser.ir.dtype import DataType
+from fuser.ir.exprs import BinaryOpType
+from fuser.lower.kir import BlockAllReduce, GridReduce, WelfordMerge
+
+from .expr import expr
+from .ops import ctype, emit_binary
+
+
+def welford_ctype(dtype: DataType) -> str:
+    """The C++ type of a Welford accumulator of `dtype` values."""
+    return f"fuser::Welford<{ctype(dtype)}>"
+
+
+def combine(op: BinaryOpType | None, dtype: DataType) -> str:
+    """The combining functor: a lambda applying `op` to two `dtype` values as the Fusion IR
+    does, or Welford's combination."""
+    if op is None:
+        return "fuser::WelfordOp()"
+    t = ctype(dtype)
+    return f"[]({t} a, {t} b) {{ return {emit_binary(op, 'a', 'b', dtype, dtype, dtype)}; }}"
+
+
+def welford_merge(s: WelfordMerge) -> list[str]:
+    return [f"fuser::welford_merge({expr(s.acc)}, {expr(s.mean)}, {expr(s.m2)}, {expr(s.count)});"]
+
+
+def block_allreduce(s: BlockAllReduce) -> list[str]:
+    which = {ParallelType.TIDx: "x", ParallelType.TIDy: "y"}[s.over]
+    return [f"{expr(s.out)} = fuser::block_allreduce_{which}({expr(s.value)}, {combine(s.op, s.dtype)}, {expr(s.smem)});"]
+
+
+def grid_reduce(s: GridReduce) -> list[str]:
+    lines = [f"fuser::grid_write({expr(i.acc)}, {expr(i.work)}, {expr(i.slot)}, {s.slots}, {expr(s.writer)});"
+             for i in s.items]
+    lines.append(f"if (!fuser::grid_arrive({expr(s.semaphore)}, &{expr(s.flag)})) return;")
+    over = "true" if s.over_x else "false"
+    for i in s.items:
+        init = f"{welford_ctype(i.dtype)}{{}}" if i.op is None else expr(i.init)
+        lines.append(f"{expr(i.acc)} = fuser::grid_finish<{over}>({combine(i.op, i.dtype)}, {init}, {expr(i.work)}, "
+                     f"{expr(i.slot)}, {s.slots}, {expr(i.smem)});")
+    return lines

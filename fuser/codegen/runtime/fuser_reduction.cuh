@@ -1,0 +1,203 @@
+// fuser_reduction.cuh: reductions across the threads of a block and across blocks, for
+// the reduction and persistent kernels fuser generates. Included after fuser_runtime.cuh.
+//
+// Values are reduced in their compute type (float for half/bfloat16, as PyTorch
+// accumulates). The combining operation is a functor `op(a, b)` that the generated code
+// passes (a lambda printed from the fusion's op: NaN-propagating max, integer add, ...).
+//
+// Blocks are 2D: `blockDim.x` threads by `blockDim.y`. A reduction "over x" combines the
+// threads of one row (same threadIdx.y): blockDim.x must be a power of two, and a row of
+// fewer than 32 threads lies in one warp (rows are consecutive thread ids). A reduction
+// "over y" combines the threads of one column (same threadIdx.x): blockDim.y must be a
+// power of two. Every function is an allreduce: each thread of the row (column) gets the
+// result. Every thread of the block must call it (they synchronise).
+//
+// Grid reductions combine one partial per block along gridDim.y in one kernel: every block
+// writes its partial to a work buffer and counts itself in a semaphore; the last block to
+// arrive (no waiting, so no co-residency is needed) combines the partials in a fixed order,
+// so results are deterministic, and resets the semaphore for the next launch.
+#pragma once
+
+#define FUSER_DEVICE __device__ __forceinline__
+
+namespace fuser {
+
+// --- Welford triples -------------------------------------------------------------------------
+
+template <typename T>
+struct Welford {
+  T avg;
+  T m2;
+  long long n;
+};
+
+// Chan et al.'s combination of two partial results.
+template <typename T>
+FUSER_DEVICE Welford<T> welford_combine(const Welford<T>& a, const Welford<T>& b) {
+  long long n = a.n + b.n;
+  if (b.n == 0) return a;
+  if (a.n == 0) return b;
+  T nb_over_n = static_cast<T>(b.n) / static_cast<T>(n);
+  T delta = b.avg - a.avg;
+  Welford<T> out;
+  out.avg = a.avg + delta * nb_over_n;
+  out.m2 = a.m2 + b.m2 + delta * delta * static_cast<T>(a.n) * nb_over_n;
+  out.n = n;
+  return out;
+}
+
+// Merge `n` samples of mean `mean` and sum of squared deviations `m2` into `w` (a thread
+// folds in each tile of values it loaded, computed with two cheap passes over registers,
+// rather than paying a division per element).
+template <typename T>
+FUSER_DEVICE void welford_merge(Welford<T>& w, T mean, T m2, long long n) {
+  Welford<T> b;
+  b.avg = mean;
+  b.m2 = m2;
+  b.n = n;
+  w = welford_combine(w, b);
+}
+
+struct WelfordOp {
+  template <typename T>
+  FUSER_DEVICE Welford<T> operator()(const Welford<T>& a, const Welford<T>& b) const {
+    return welford_combine(a, b);
+  }
+};
+
+// --- warp shuffles of any value ---------------------------------------------------------------
+
+template <typename T>
+FUSER_DEVICE T shfl_xor(T v, int lane_mask, int width) {
+  static_assert(sizeof(T) % 4 == 0 || sizeof(T) < 4, "shuffled values are whole 32-bit words or smaller");
+  if constexpr (sizeof(T) < 4) {
+    int w = 0;
+    memcpy(&w, &v, sizeof(T));
+    w = __shfl_xor_sync(0xffffffffu, w, lane_mask, width);
+    T out;
+    memcpy(&out, &w, sizeof(T));
+    return out;
+  } else {
+    constexpr int words = sizeof(T) / 4;
+    int w[words];
+    memcpy(w, &v, sizeof(T));
+#pragma unroll
+    for (int k = 0; k < words; ++k) w[k] = __shfl_xor_sync(0xffffffffu, w[k], lane_mask, width);
+    T out;
+    memcpy(&out, w, sizeof(T));
+    return out;
+  }
+}
+
+// Allreduce over `width` consecutive lanes (a power of two, at most 32).
+template <typename T, typename Op>
+FUSER_DEVICE T warp_allreduce(T v, Op op, int width) {
+  for (int m = width / 2; m > 0; m /= 2) v = op(v, shfl_xor(v, m, width));
+  return v;
+}
+
+// --- block reductions ------------------------------------------------------------------------
+
+// Allreduce over the threads of each row (same threadIdx.y). `smem` holds at least
+// blockDim.y * max(1, blockDim.x / 32) values; it is free again when this returns.
+template <typename T, typename Op>
+FUSER_DEVICE T block_allreduce_x(T v, Op op, T* smem) {
+  const int bdx = blockDim.x;
+  if (bdx == 1) return v;
+  if (bdx <= 32) return warp_allreduce(v, op, bdx);
+  v = warp_allreduce(v, op, 32);
+  const int warps = bdx / 32;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  T* row = smem + threadIdx.y * warps;
+  __syncthreads();  // earlier readers of smem are done
+  if (lane == 0) row[warp] = v;
+  __syncthreads();
+  T r = row[0];
+  for (int k = 1; k < warps; ++k) r = op(r, row[k]);
+  __syncthreads();  // smem may be reused as soon as everyone has read it
+  return r;
+}
+
+// Allreduce over the threads of each column (same threadIdx.x). `smem` holds at least
+// blockDim.x * blockDim.y values.
+template <typename T, typename Op>
+FUSER_DEVICE T block_allreduce_y(T v, Op op, T* smem) {
+  const int bdy = blockDim.y;
+  if (bdy == 1) return v;
+  const int bdx = blockDim.x;
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  __syncthreads();
+  smem[ty * bdx + tx] = v;
+  __syncthreads();
+  for (int s = bdy / 2; s > 0; s /= 2) {
+    if (ty < s) smem[ty * bdx + tx] = op(smem[ty * bdx + tx], smem[(ty + s) * bdx + tx]);
+    __syncthreads();
+  }
+  T r = smem[tx];
+  __syncthreads();
+  return r;
+}
+
+// --- grid reductions -------------------------------------------------------------------------
+
+// A load through L2 only: partials other blocks wrote are never stale in this SM's L1.
+template <typename T>
+FUSER_DEVICE T load_global_cg(const T* p) {
+  T out;
+  if constexpr (sizeof(T) % 4 == 0) {
+    int w[sizeof(T) / 4];
+#pragma unroll
+    for (int k = 0; k < static_cast<int>(sizeof(T) / 4); ++k) w[k] = __ldcg(reinterpret_cast<const int*>(p) + k);
+    memcpy(&out, w, sizeof(T));
+  } else {
+    unsigned char b[sizeof(T)];
+#pragma unroll
+    for (int k = 0; k < static_cast<int>(sizeof(T)); ++k) b[k] = __ldcg(reinterpret_cast<const unsigned char*>(p) + k);
+    memcpy(&out, b, sizeof(T));
+  }
+  return out;
+}
+
+// A grid reduction in three steps, so that one kernel can combine several reductions and
+// its epilogue runs in one block with every total at hand:
+//   grid_write   each block stores its partial for each output slot (one writer thread per
+//                slot; `work` holds gridDim.x * gridDim.y * slots values per reduction);
+//   grid_arrive  the block counts itself in `sem[blockIdx.x]` (zeroed before the launch);
+//                only the last block of the grid column to arrive gets true (the others
+//                return), and it zeroes the counter again for the next launch;
+//   grid_finish  in that block, the threads sharing a slot (a row: OverX, or a column)
+//                split the partials in a fixed order and combine them as a block reduction
+//                does: the result is deterministic.
+template <typename T>
+FUSER_DEVICE void grid_write(const T& v, T* work, int slot, int slots, bool writer) {
+  if (writer) work[(static_cast<long long>(blockIdx.x) * gridDim.y + blockIdx.y) * slots + slot] = v;
+}
+
+FUSER_DEVICE bool grid_arrive(unsigned int* sem, int* flag) {
+  __threadfence();  // this block's partials are visible before it counts itself
+  __syncthreads();
+  if (threadIdx.x == 0 && threadIdx.y == 0) {
+    unsigned int prev = atomicAdd(sem + blockIdx.x, 1u);
+    bool last = prev == gridDim.y - 1;
+    if (last) sem[blockIdx.x] = 0;
+    *flag = last;
+  }
+  __syncthreads();
+  if (!*flag) return false;
+  __threadfence();
+  return true;
+}
+
+template <bool OverX, typename T, typename Op>
+FUSER_DEVICE T grid_finish(Op op, T init, const T* work, int slot, int slots, T* smem) {
+  const T* col = work + static_cast<long long>(blockIdx.x) * gridDim.y * slots;
+  const unsigned int part = OverX ? threadIdx.x : threadIdx.y;
+  const unsigned int parts = OverX ? blockDim.x : blockDim.y;
+  T acc = init;
+  for (unsigned int by = part; by < gridDim.y; by += parts) acc = op(acc, load_global_cg(col + static_cast<long long>(by) * slots + slot));
+  return OverX ? block_allreduce_x(acc, op, smem) : block_allreduce_y(acc, op, smem);
+}
+
+}  // namespace fuser
+
+#undef FUSER_DEVICE

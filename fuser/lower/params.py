@@ -1,0 +1,72 @@
+"""A kernel's parameters: tensor pointers, strides, extents and scalar inputs, each made once."""
+from __future__ import annotations
+
+from typing import Any
+
+from fuser.ir import DataType, Scalar, TensorView, Val
+
+from .errors import NotLowerable
+from .kir import Param
+
+#: struct format letters of the index type and of integer scalars by size
+_INDEX_FMT = {"int32": "i", "int64": "q"}
+_INT_FMT = {1: "b", 2: "h", 4: "i", 8: "q"}
+
+
+class ParamTable:
+    """The parameters of one kernel, in the order lowering first asks for them."""
+
+    def __init__(self, inputs: list[Val], index_type: str) -> None:
+        self._inputs = inputs
+        self._index_fmt = _INDEX_FMT[index_type]
+        self.params: list[Param] = []
+        self._by_key: dict[Any, Param] = {}
+
+    def _get(self, key: Any, make) -> Param:
+        got = self._by_key.get(key)
+        if got is None:
+            got = self._by_key[key] = make()
+            self.params.append(got)
+        return got
+
+    def tensor(self, tv: TensorView) -> Param:
+        """`tv`'s data pointer (read-only for a fusion input)."""
+        return self._get(("tensor", tv), lambda: Param(f"T{tv.name}", "tensor", tv, "P", tv.dtype, pointer=True,
+                                                       readonly=tv in self._inputs))
+
+    def stride(self, tv: TensorView, dim: int) -> Param:
+        """`tv`'s stride, in elements, along logical dim `dim`."""
+        return self._get(("stride", tv, dim), lambda: Param(f"s{tv.name}_{dim}", "stride", (tv, dim), self._index_fmt))
+
+    def extent(self, s: Scalar) -> Param:
+        """An extent the runtime evaluates (an input's size, or a scalar input)."""
+        return self._get(("extent", s), lambda: Param(f"i{s.name}", "extent", s, self._index_fmt))
+
+    def scalar(self, s: Scalar) -> Param:
+        """A scalar input of the fusion, passed by value; a scalar that is not an input is
+        an extent the runtime evaluates (a size used as a value: a sum over an expanded
+        axis multiplies by it)."""
+        if s not in self._inputs:
+            return self._get(("extent value", s), lambda: Param(f"v{s.name}", "extent", s, _INT_FMT[s.dtype.itemsize],
+                                                                s.dtype))
+        if s.dtype.is_complex:
+            raise NotLowerable("complex scalar inputs")
+        if s.dtype.is_boolean:
+            fmt = "?"
+        elif s.dtype.is_floating:
+            fmt = "d" if s.dtype.itemsize == 8 else "f"
+        else:
+            fmt = _INT_FMT.get(s.dtype.itemsize, "q")
+        return self._get(("scalar", s), lambda: Param(f"{s.dtype.scalar_prefix}{s.name}", "scalar", s, fmt, s.dtype))
+
+    def work(self, name: str, dtype: DataType, welford: bool, slots: int) -> Param:
+        """A grid reduction's global buffer of partials: `slots` values (Welford
+        accumulators with `welford`) of `dtype` per block, allocated at each launch."""
+        elem = dtype.itemsize * 2 + 8 if welford else dtype.itemsize
+        return self._get(("work", name), lambda: Param(name, "work", (elem, slots), "P", dtype, pointer=True,
+                                                      welford=welford))
+
+    def semaphore(self) -> Param:
+        """The grid reductions' arrival counters: one zeroed unsigned int per blockIdx.x."""
+        return self._get(("semaphore",), lambda: Param("semaphore", "semaphore", None, "P", DataType.Int32,
+                                                      pointer=True))

@@ -1,0 +1,571 @@
+"""Lowering a scheduled reduction or inner-persistent segment to kernel IR.
+
+The schedule gave the reference (a reduction's input, spanning every axis) the loop domain
+[rows, columns]: its kept axes merged into one and its reduced axes into another. The
+kernel splits both by its `ReductionParams`:
+
+- inner (reduced axes innermost in memory): a row per (blockIdx.x, threadIdx.y); its
+  columns in vectors over threadIdx.x, `unroll` vectors per thread per step of a serial
+  loop, split over `grid_y` blocks (blockIdx.y) when rows are too few to fill the GPU;
+- outer (kept axes innermost): a vector of adjacent columns per (blockIdx.x, threadIdx.x);
+  rows over threadIdx.y, `unroll` rows per step, and `grid_y` blocks.
+
+Each thread holds a register tile of (unroll x vector) elements of every tensor that spans
+both rows and columns ("full" tensors), and the values of "reduced" tensors (those without
+reduced axes) for its row (inner) or its vector of columns (outer). Expressions are grouped
+into stages by how many reductions lie upstream: stage k's full expressions run in a loop
+over the columns, its reductions accumulate there, then combine across the block (and the
+grid); stage k+1's reduced expressions then run once per thread. A persistent kernel loads
+its row once (the serial loop has one step and its tile covers the row) and reuses the
+registers in every stage; a reduction kernel has one stage of full expressions.
+"""
+from __future__ import annotations
+
+from fuser.ir import (
+    DataType,
+    Fusion,
+    IterDomain,
+    ParallelType,
+    ReductionOp,
+    TensorView,
+    Val,
+    WelfordOp,
+)
+from fuser.ir.dtype import compute_dtype
+from fuser.scheduler.analysis import SubFusion, expr_kind, REDUCTION
+from fuser.scheduler.reduction import ReductionParams
+
+from . import kir
+from .errors import NotLowerable
+from .index import TensorIndexer
+from .kir import (
+    Assign,
+    BlockAllReduce,
+    Cast,
+    Comment,
+    Decl,
+    Element,
+    AddressOf,
+    For,
+    GridItem,
+    GridReduce,
+    If,
+    IndexCast,
+    IntLit,
+    Kernel,
+    Member,
+    ParallelIndex,
+    Var,
+    VecLoad,
+    VecStore,
+    all_of,
+    eq,
+    lt,
+)
+from .params import ParamTable
+from .values import scalar as scalar_value
+from .values import tensor_value
+
+_INDEX_DTYPE = {"int32": DataType.Int32, "int64": DataType.Int}
+
+
+def _tid(p: ParallelType) -> kir.Expr:
+    return IndexCast(ParallelIndex(p))
+
+
+class ReductionLowering:
+    """Builds the kernel IR of one scheduled reduction or inner-persistent fusion."""
+
+    def __init__(self, fusion: Fusion, ref: TensorView, params: ReductionParams, vector_tensors: frozenset[TensorView],
+                 sub: SubFusion, red_classes: frozenset[int], name: str) -> None:
+        self.fusion = fusion
+        self.ref = ref
+        self.p = params
+        self.sub = sub
+        self.name = name
+        self.params = ParamTable(list(fusion.inputs), params.index_type)
+        self.ix = TensorIndexer(fusion, ref, sub, self.params)
+        self.vector_tensors = vector_tensors
+        find, id_of = sub.uf.find, sub.a.id_of
+        self._red_classes = red_classes
+        self._is_full = {tv: any(find(id_of(i)) in red_classes for i in tv.logical_no_reductions() if not i.is_broadcast)
+                         for tv in fusion.tensors()}
+        loop = [i for i in ref.domain.loop if not i.is_broadcast]
+        merged_red = [i for i in loop if self._class_set(i) <= red_classes]
+        merged_it = [i for i in loop if i not in merged_red]
+        if len(merged_red) != 1 or len(merged_it) > 1:
+            raise NotLowerable(f"reduction reference {ref!r} is not scheduled as [rows, columns]")
+        self.row_axis: IterDomain | None = merged_it[0] if merged_it else None
+        self.col_axis: IterDomain = merged_red[0]
+        self.lead = [i for i in ref.domain.loop if i.is_broadcast]
+        self.exprs = [e for e in fusion.exprs() if any(isinstance(o, TensorView) for o in e.outputs)]
+        self.stage = self._stages()
+        V = params.vectorize
+        U = params.unroll
+        self.V, self.U = V, U
+        # register tile sizes: full tensors (unroll x vector); reduced ones (outer: vector)
+        self.full_tile = U * V
+        self.reduced_tile = 1 if params.inner else V
+        self.body: list = []
+        self.regs: dict[TensorView, str] = {}
+        self._decl_done: set[str] = set()
+        self._smem: dict[str, str] = {}
+        #: accumulators already combined across the block where they were computed
+        self._combined: set[str] = set()
+
+    # --- classification ---------------------------------------------------------------------
+    def _class_set(self, loop_axis: IterDomain) -> set[int]:
+        """The axis classes of the ref's logical axes under a loop axis."""
+        from fuser.ir.transforms import id_exprs_between
+
+        find, id_of = self.sub.uf.find, self.sub.a.id_of
+        leaves = {loop_axis}
+        history = id_exprs_between(self.ref.domain.logical, self.ref.domain.loop)
+        for e in reversed(history):
+            if any(o in leaves for o in e.outputs):
+                leaves -= set(e.outputs)
+                leaves |= set(e.inputs)
+        return {find(id_of(i)) for i in leaves if isinstance(i, IterDomain) and not i.is_broadcast}
+
+    def _stages(self) -> dict[TensorView, int]:
+        """Per tensor: how many reductions lie upstream of it, in series."""
+        st: dict[TensorView, int] = {}
+        for e in self.exprs:
+            s = max((st.get(v, 0) for v in e.inputs if isinstance(v, TensorView)), default=0)
+            if isinstance(e, (ReductionOp, WelfordOp)) and expr_kind(e) == REDUCTION:
+                s += 1
+            for o in e.outputs:
+                if isinstance(o, TensorView):
+                    st[o] = s
+        for tv in self.fusion.inputs:
+            if isinstance(tv, TensorView):
+                st.setdefault(tv, 0)
+        return st
+
+    def full(self, tv: TensorView) -> bool:
+        return self._is_full.get(tv, False)
+
+    # --- indices ---------------------------------------------------------------------------
+    def _row_col(self, s: kir.Expr, u: kir.Expr, v: kir.Expr) -> tuple[kir.Expr, kir.Expr]:
+        """(row index, column index) of tile element (u, v) at serial step s."""
+        p = self.p
+        by = _tid(ParallelType.BIDy) if p.grid_y > 1 else IntLit(0)
+        steps = self.steps
+        if p.inner:
+            row = _tid(ParallelType.BIDx) * p.bdy + _tid(ParallelType.TIDy)
+            chunk = by * steps + s if p.grid_y > 1 else s
+            col = ((chunk * p.unroll + u) * p.bdx + _tid(ParallelType.TIDx)) * p.vectorize + v
+        else:
+            row = (_tid(ParallelType.BIDx) * p.bdx + _tid(ParallelType.TIDx)) * p.vectorize + v
+            chunk = by * steps + s if p.grid_y > 1 else s
+            col = (chunk * p.unroll + u) * p.bdy + _tid(ParallelType.TIDy)
+        return row, col
+
+    def _indices(self, row: kir.Expr, col: kir.Expr) -> dict[IterDomain, kir.Expr]:
+        loop = {i: IntLit(0) for i in self.lead}
+        if self.row_axis is not None:
+            loop[self.row_axis] = row
+        loop[self.col_axis] = col
+        return self.ix.ref_indices(loop)
+
+    def _row_ok(self, row: kir.Expr) -> kir.Expr | None:
+        return lt(row, self.n_rows) if self.row_axis is not None else None
+
+    # --- registers --------------------------------------------------------------------------
+    def _decl(self, name: str, dtype: DataType, size: int | None, init=None, space=None, welford=False) -> None:
+        if name in self._decl_done:
+            return
+        self._decl_done.add(name)
+        kw = {} if space is None else {"space": space}
+        if size is not None and init is not None:  # an array: initialised element by element
+            self.body.append(Decl(name, dtype, size, welford=welford, **kw))
+            k = Var("k")
+            self.body.append(For(k, IntLit(size), [Assign(Element(Var(name), k), init)], unroll=True,
+                                 dtype=DataType.Int32))
+            return
+        self.body.append(Decl(name, dtype, size, init, welford=welford, **kw))
+
+    def _reg(self, tv: TensorView, u: kir.Expr, v: kir.Expr) -> kir.Expr:
+        """tv's register element at tile position (u, v)."""
+        name = self.regs[tv]
+        if self.full(tv):
+            return Element(Var(name), u * self.V + v) if self.full_tile > 1 else Var(name)
+        return Element(Var(name), v) if self.reduced_tile > 1 else Var(name)
+
+    def _array(self, tv: TensorView, prefix: str) -> None:
+        if tv in self.regs:
+            return
+        name = f"{prefix}{tv.name}"
+        self.regs[tv] = name
+        size = self.full_tile if self.full(tv) else self.reduced_tile
+        self._decl(name, tv.dtype, size if size > 1 else None)
+
+    # --- lowering ---------------------------------------------------------------------------
+    def lower(self) -> Kernel:
+        p = self.p
+        ix = self.ix
+        self.n_rows = ix.extent(self.row_axis.extent) if self.row_axis is not None else IntLit(1)
+        self.n_cols = ix.extent(self.col_axis.extent)
+        per_step = p.unroll * (p.bdx * p.vectorize if p.inner else p.bdy)
+        if p.persistent:
+            self.steps = IntLit(1)
+        else:
+            total = kir.IndexBinary(kir.BinaryOpType.CeilDiv, self.n_cols, IntLit(per_step))
+            self.steps = kir.IndexBinary(kir.BinaryOpType.CeilDiv, total, IntLit(p.grid_y)) if p.grid_y > 1 else total
+            self.body.append(Decl("steps", None, None, self.steps))
+            self.steps = Var("steps")
+        reductions = [e for e in self.exprs if isinstance(e, (ReductionOp, WelfordOp)) and expr_kind(e) == REDUCTION]
+        n_stages = max((self.stage[e.outputs[0]] for e in reductions), default=0)
+        if not p.persistent and any(self.full(tv) and self.stage.get(tv, 0) > 0 for tv in self.stage):
+            raise NotLowerable("a reduction kernel reuses the reduced axes after a reduction (persistent)")
+        for tv in self.fusion.inputs:
+            if isinstance(tv, TensorView) and self.full(tv):
+                self._array(tv, "r")
+        # reduced-shape inputs: read once per thread, before the column loops
+        self._load_reduced_inputs()
+        self._reduced_exprs(0)
+        for k in range(n_stages + 1):
+            self._stage_loop(k, [e for e in reductions if self.stage[e.inputs[0]] == k])
+            if k < n_stages:
+                self._reduced_exprs(k + 1)
+        self._store_reduced_outputs()
+        threads_y = p.bdy
+        return Kernel(self.name, self.params.params, self.body, p.index_type, threads=p.bdx, threads_y=threads_y,
+                      includes=("fuser_reduction.cuh",))
+
+    def _load_reduced_inputs(self) -> None:
+        v = Var("v")
+        row, _ = self._row_col(IntLit(0), IntLit(0), v if not self.p.inner else IntLit(0))
+        idx = self._indices(row, IntLit(0))
+        for tv in self.fusion.inputs:
+            if not isinstance(tv, TensorView) or self.full(tv) or not self._used(tv):
+                continue
+            self._array(tv, "r")
+            ptr = self.params.tensor(tv)
+            body = self._lanes_reduced([Assign(self._reg(tv, IntLit(0), v), Element(ptr, ix_off(self.ix, tv, idx)))],
+                                       tv, ptr, idx, load=True)
+            ok = self._row_ok(_subst_v_expr(row, IntLit(0)))  # lane 0 decides for the vector
+            self.body.extend([If(ok, body)] if ok is not None else body)
+
+    def _used(self, tv: TensorView) -> bool:
+        return any(tv in e.inputs for e in self.exprs)
+
+    def _lanes_reduced(self, stmts: list, tv: TensorView, ptr, idx, *, load: bool) -> list:
+        """Statements over the lanes of a reduced value (outer kernels hold a vector of
+        columns): one vector access when `tv` allows it."""
+        if self.reduced_tile == 1:
+            return [_subst_v(s, IntLit(0)) for s in stmts]
+        if tv in self.vector_tensors:
+            off0 = _subst_v_expr(ix_off(self.ix, tv, idx), IntLit(0))
+            name = self.regs[tv]
+            if load:
+                return [VecLoad(tv.dtype, self.V, Var(name), AddressOf(Element(ptr, off0)))]
+            return [VecStore(tv.dtype, self.V, AddressOf(Element(ptr, off0)), Var(name))]
+        return [For(Var("v"), IntLit(self.V), stmts, unroll=True, dtype=DataType.Int32)]
+
+    def _reduced_exprs(self, k: int) -> None:
+        """Reduced expressions of stage k: once per thread (per lane in outer kernels)."""
+        stmts = []
+        for e in self.exprs:
+            outs = [o for o in e.outputs if isinstance(o, TensorView)]
+            if isinstance(e, (ReductionOp, WelfordOp)) and expr_kind(e) == REDUCTION:
+                continue
+            if any(self.full(o) for o in outs) or self.stage.get(outs[0], 0) != k:
+                continue
+            stmts.extend(self._compute(e, IntLit(0), Var("v")))
+        if stmts:
+            if self.reduced_tile > 1:
+                self.body.append(For(Var("v"), IntLit(self.V), stmts, unroll=True, dtype=DataType.Int32))
+            else:
+                self.body.extend(_subst_v(s, IntLit(0)) for s in stmts)
+
+    def _compute(self, e, u: kir.Expr, v: kir.Expr) -> list:
+        """Assignments computing e's output at tile position (u, v)."""
+        outs = [o for o in e.outputs if isinstance(o, TensorView)]
+        if len(outs) != 1:
+            raise NotLowerable(f"{type(e).__name__} with several outputs outside a reduction")
+        (out,) = outs
+
+        def operand(x: Val) -> kir.Expr:
+            if isinstance(x, TensorView):
+                if x not in self.regs:
+                    raise NotLowerable(f"{x!r} is read before it is computed")
+                return self._reg(x, u, v)
+            return scalar_value(x, self.params)
+
+        rhs = tensor_value(e, out, operand, self.params, lambda axis: self._axis_index(axis, u, v),
+                           _INDEX_DTYPE[self.p.index_type])
+        if rhs is None:  # a view: the same element as its operand
+            self.regs[out] = self.regs[e.inputs[0]]
+            if self.full(out) != self.full(e.inputs[0]):
+                raise NotLowerable(f"{type(e).__name__} between a full and a reduced tensor")
+            return []
+        self._array(out, "t")
+        return [Assign(self._reg(out, u, v), rhs)]
+
+    def _axis_index(self, axis: IterDomain, u, v) -> kir.Expr:
+        r = self.ix.ref_axis(axis)
+        if r is None:
+            return IntLit(0)
+        row, col = self._row_col(Var("s") if not self.p.persistent else IntLit(0), u, v)
+        return self._indices(row, col)[r]
+
+    def _needed(self, k: int, reds: list) -> list:
+        """Full expressions stage k computes: those its reductions and full outputs need."""
+        want: set[TensorView] = {e.inputs[0] for e in reds}
+        want |= {o for o in self.fusion.outputs if isinstance(o, TensorView) and self.full(o) and self.stage[o] == k}
+        producer = {o: e for e in self.exprs for o in e.outputs if isinstance(o, TensorView)}
+        need: list = []
+        seen: set = set()
+        stack = list(want)
+        while stack:
+            tv = stack.pop()
+            e = producer.get(tv)
+            if e is None or e in seen or not self.full(tv):
+                continue
+            seen.add(e)
+            stack.extend(x for x in e.inputs if isinstance(x, TensorView))
+        return [e for e in self.exprs if e in seen]
+
+    def _stage_loop(self, k: int, reds: list) -> None:
+        p = self.p
+        exprs = self._needed(k, reds)
+        outs = [o for o in self.fusion.outputs if isinstance(o, TensorView) and self.full(o) and self.stage[o] == k]
+        if not exprs and not reds and not outs and k > 0:
+            return
+        s, u, v = Var("s"), Var("u"), Var("v")
+        # accumulators
+        accs = []
+        for e in reds:
+            acc_dt = compute_dtype(e.outputs[0].dtype)
+            name = f"acc{e.outputs[0].name}"
+            if isinstance(e, WelfordOp):
+                self._decl(name, acc_dt, self.reduced_tile if self.reduced_tile > 1 else None, welford=True)
+            else:
+                init = scalar_value(e.init, self.params)
+                self._decl(name, acc_dt, self.reduced_tile if self.reduced_tile > 1 else None,
+                           Cast(init, e.init.dtype, acc_dt))
+            accs.append((e, name, acc_dt))
+        loads: list = []
+        compute: list = []
+        for tv in self.fusion.inputs:
+            if isinstance(tv, TensorView) and self.full(tv) and self._used(tv) and (k == 0 or not p.persistent):
+                loads.append(self._load_full(tv, s, u))
+        for e in exprs:
+            if not (isinstance(e, (ReductionOp, WelfordOp)) and expr_kind(e) == REDUCTION):
+                compute.extend(self._compute(e, u, v))
+        row0, col0 = self._row_col(s, u, IntLit(0))
+        pred = all_of([c for c in (self._row_ok(row0), lt(col0, self.n_cols)) if c is not None])
+        step: list = []
+        merges: list = []
+        for e, name, acc_dt in accs:
+            x = e.inputs[0]
+            acc = Element(Var(name), v) if self.reduced_tile > 1 else Var(name)
+            if isinstance(e, WelfordOp):
+                decls, per_value, merge = self._welford_tile(e, name, acc_dt, pred)
+                step.extend(decls)
+                compute.extend(per_value)
+                merges.extend(merge)
+            else:
+                compute.append(Assign(acc, kir.Binary(e.op_type, acc, self._reg(x, u, v), acc_dt, x.dtype, acc_dt)))
+        stores = [self._store_full(tv, s, u) for tv in outs]
+        if loads:
+            step.append(For(u, IntLit(self.U), [If(pred, [x for ld in loads for x in ld])], unroll=True,
+                            dtype=DataType.Int32))
+        inner = self._over_lanes(compute) + [x for st in stores for x in st]
+        if inner:
+            step.append(For(u, IntLit(self.U), [If(pred, inner)], unroll=True, dtype=DataType.Int32))
+        step.extend(merges)
+        if p.persistent:
+            self.body.extend(_subst_s(x, IntLit(0)) for x in step)
+        else:
+            self.body.append(For(s, self.steps, step))
+        self._combine(accs)
+
+    def _over_lanes(self, stmts: list) -> list:
+        """`stmts` (written for lane `v`) for every vector lane."""
+        if self.V > 1:
+            return [For(Var("v"), IntLit(self.V), stmts, unroll=True, dtype=DataType.Int32)]
+        return [_subst_v(x, IntLit(0)) for x in stmts]
+
+    def _welford_tile(self, e: WelfordOp, name: str, acc_dt: DataType, pred) -> tuple[list, list, list]:
+        """A Welford reduction's work for one tile of a step: (declarations, statements per
+        value: a sum and a count, statements after the tile: the tile's mean, its sum of
+        squared deviations from it (a second pass over the registers), merged into the
+        accumulator). One division per tile instead of one per value."""
+        x = e.inputs[0]
+        u, v = Var("u"), Var("v")
+        n = e.outputs[0].name
+        lanes = self.reduced_tile
+        lane = v if lanes > 1 else None
+        tsum, tcnt, tmean, tm2 = (f"{w}{n}" for w in ("wsum", "wcnt", "wmean", "wm2"))
+
+        def at(arr: str, index=lane):
+            return Element(Var(arr), index) if index is not None else Var(arr)
+
+        decls = [Decl(tsum, acc_dt, lanes if lanes > 1 else None, None if lanes > 1 else kir.Const(0, acc_dt)),
+                 Decl(tcnt, DataType.Int32, lanes if lanes > 1 else None, None if lanes > 1 else IntLit(0))]
+        if lanes > 1:
+            decls.append(For(Var("k"), IntLit(lanes), [Assign(Element(Var(tsum), Var("k")), kir.Const(0, acc_dt)),
+                                                       Assign(Element(Var(tcnt), Var("k")), IntLit(0))],
+                             unroll=True, dtype=DataType.Int32))
+        value = self._reg(x, u, v)
+        per_value = [Assign(at(tsum), kir.Binary(kir.BinaryOpType.Add, at(tsum), value, acc_dt, x.dtype, acc_dt)),
+                     Assign(at(tcnt), at(tcnt) + 1)]
+        count = Cast(kir.IndexBinary(kir.BinaryOpType.Max, at(tcnt), IntLit(1)), DataType.Int32, acc_dt)
+        mean = kir.Binary(kir.BinaryOpType.Div, at(tsum), count, acc_dt, acc_dt, acc_dt)
+        dev = kir.Binary(kir.BinaryOpType.Sub, value, Var(tmean), x.dtype, acc_dt, acc_dt)
+        square = kir.Binary(kir.BinaryOpType.Mul, dev, dev, acc_dt, acc_dt, acc_dt)
+        second = [Assign(Var(tm2), kir.Binary(kir.BinaryOpType.Add, Var(tm2), square, acc_dt, acc_dt, acc_dt))]
+        acc = Element(Var(name), lane) if lane is not None else Var(name)
+        if self.p.persistent:
+            # the whole row is in registers: two passes over it (the sum, then the squared
+            # deviations from the row's mean) cost two float block reductions, far less than
+            # combining Welford triples across the block
+            add = kir.BinaryOpType.Add
+            smem, smem_n = Var(self._shared(acc_dt, False)), Var(self._shared(DataType.Int32, False))
+            merge = [BlockAllReduce(Var(tsum), Var(tsum), add, acc_dt, smem),
+                     BlockAllReduce(Var(tcnt), Var(tcnt), add, DataType.Int32, smem_n),
+                     Decl(tmean, acc_dt, None, mean), Decl(tm2, acc_dt, None, kir.Const(0, acc_dt)),
+                     For(u, IntLit(self.U), [If(pred, self._over_lanes(second))], unroll=True, dtype=DataType.Int32),
+                     BlockAllReduce(Var(tm2), Var(tm2), add, acc_dt, smem),
+                     Assign(Member(acc, "avg"), Var(tmean)), Assign(Member(acc, "m2"), Var(tm2)),
+                     Assign(Member(acc, "n"), Var(tcnt))]
+            self._combined.add(name)
+        elif lanes > 1:  # outer: each lane's tile is its column of `unroll` values
+            body = [Decl(tmean, acc_dt, None, mean), Decl(tm2, acc_dt, None, kir.Const(0, acc_dt)),
+                    For(u, IntLit(self.U), [If(pred, second)], unroll=True, dtype=DataType.Int32),
+                    kir.WelfordMerge(acc, Var(tmean), Var(tm2), at(tcnt))]
+            merge = [For(v, IntLit(lanes), body, unroll=True, dtype=DataType.Int32)]
+        else:
+            merge = [Decl(tmean, acc_dt, None, mean), Decl(tm2, acc_dt, None, kir.Const(0, acc_dt)),
+                     For(u, IntLit(self.U), [If(pred, self._over_lanes(second))], unroll=True, dtype=DataType.Int32),
+                     kir.WelfordMerge(acc, Var(tmean), Var(tm2), at(tcnt))]
+        return decls, per_value, merge
+
+    def _load_full(self, tv: TensorView, s, u) -> list:
+        ptr = self.params.tensor(tv)
+        v = Var("v")
+        row, col = self._row_col(s, u, v)
+        idx = self._indices(row, col)
+        off = self.ix.offset(tv, idx)
+        name = self.regs[tv]
+        if self.V > 1 and tv in self.vector_tensors:
+            off0 = _subst_v_expr(off, IntLit(0))
+            return [VecLoad(tv.dtype, self.V, AddressOf(Element(Var(name), u * self.V)), AddressOf(Element(ptr, off0)))]
+        body = [Assign(self._reg(tv, u, v), Element(ptr, off))]
+        if self.V > 1:
+            return [For(v, IntLit(self.V), body, unroll=True, dtype=DataType.Int32)]
+        return [_subst_v(x, IntLit(0)) for x in body]
+
+    def _store_full(self, tv: TensorView, s, u) -> list:
+        ptr = self.params.tensor(tv)
+        v = Var("v")
+        row, col = self._row_col(s, u, v)
+        idx = self._indices(row, col)
+        off = self.ix.offset(tv, idx)
+        name = self.regs[tv]
+        if self.V > 1 and tv in self.vector_tensors:
+            off0 = _subst_v_expr(off, IntLit(0))
+            return [VecStore(tv.dtype, self.V, AddressOf(Element(ptr, off0)), AddressOf(Element(Var(name), u * self.V)))]
+        body = [Assign(Element(ptr, off), self._reg(tv, u, v))]
+        if self.V > 1:
+            return [For(v, IntLit(self.V), body, unroll=True, dtype=DataType.Int32)]
+        return [_subst_v(x, IntLit(0)) for x in body]
+
+    def _combine(self, accs: list) -> None:
+        """Combine each accumulator across the block (and the grid), then give each
+        reduction's outputs their values."""
+        p = self.p
+        over = ParallelType.TIDx if p.inner else ParallelType.TIDy
+        lanes = range(self.reduced_tile)
+        for e, name, acc_dt in accs:
+            welford = isinstance(e, WelfordOp)
+            if name in self._combined:
+                continue
+            smem = self._shared(acc_dt, welford)
+            for lane in lanes:
+                acc = Element(Var(name), IntLit(lane)) if self.reduced_tile > 1 else Var(name)
+                self.body.append(BlockAllReduce(acc, acc, None if welford else e.op_type, acc_dt, Var(smem), over))
+        if p.grid_y > 1 and accs:
+            self._decl("flag", DataType.Int32, None, space=kir.MemoryType.Shared)
+            items = []
+            for e, name, acc_dt in accs:
+                welford = isinstance(e, WelfordOp)
+                work = self.params.work(f"w{e.outputs[0].name}", acc_dt, welford, self._slots())
+                init = None if welford else Cast(scalar_value(e.init, self.params), e.init.dtype, acc_dt)
+                for lane in lanes:
+                    acc = Element(Var(name), IntLit(lane)) if self.reduced_tile > 1 else Var(name)
+                    slot = _tid(ParallelType.TIDy) if p.inner else _tid(ParallelType.TIDx) * self.V + lane
+                    items.append(GridItem(acc, None if welford else e.op_type, acc_dt, init, work,
+                                          Var(self._shared(acc_dt, welford)), slot))
+            writer = eq(_tid(ParallelType.TIDx if p.inner else ParallelType.TIDy), 0)
+            self.body.append(GridReduce(items, self.params.semaphore(), Var("flag"), self._slots(), writer, p.inner))
+        for e, name, acc_dt in accs:
+            if isinstance(e, WelfordOp):
+                for out, field in zip(e.outputs, ("avg", "m2", "n")):
+                    self._array(out, "t")
+                    src = DataType.Int if field == "n" else acc_dt
+                    for lane in lanes:
+                        acc = Element(Var(name), IntLit(lane)) if self.reduced_tile > 1 else Var(name)
+                        self.body.append(Assign(self._reg(out, IntLit(0), IntLit(lane)),
+                                                Cast(Member(acc, field), src, out.dtype)))
+            else:
+                out = e.outputs[0]
+                self._array(out, "t")
+                for lane in lanes:
+                    acc = Element(Var(name), IntLit(lane)) if self.reduced_tile > 1 else Var(name)
+                    self.body.append(Assign(self._reg(out, IntLit(0), IntLit(lane)), Cast(acc, acc_dt, out.dtype)))
+
+    def _slots(self) -> int:
+        return self.p.bdy if self.p.inner else self.p.bdx * self.V
+
+    def _shared(self, dtype: DataType, welford: bool) -> str:
+        key = f"{'w' if welford else ''}{dtype.name}"
+        got = self._smem.get(key)
+        if got is None:
+            got = self._smem[key] = f"smem_{key}"
+            n = self.p.bdy * (self.p.bdx if not self.p.inner else max(1, self.p.bdx // 32))
+            n = max(n, self.p.bdx * self.p.bdy)
+            self._decl(got, dtype, n, space=kir.MemoryType.Shared, welford=welford)
+        return got
+
+    def _store_reduced_outputs(self) -> None:
+        p = self.p
+        v = Var("v")
+        row, _ = self._row_col(IntLit(0), IntLit(0), v if not p.inner else IntLit(0))
+        idx = self._indices(row, IntLit(0))
+        writer = eq(_tid(ParallelType.TIDx if p.inner else ParallelType.TIDy), 0)
+        for tv in self.fusion.outputs:
+            if not isinstance(tv, TensorView) or self.full(tv):
+                continue
+            if tv not in self.regs:
+                raise NotLowerable(f"output {tv!r} is not computed")
+            ptr = self.params.tensor(tv)
+            body = self._lanes_reduced([Assign(Element(ptr, ix_off(self.ix, tv, idx)), self._reg(tv, IntLit(0), v))],
+                                       tv, ptr, idx, load=False)
+            row0 = _subst_v_expr(row, IntLit(0))
+            cond = all_of([c for c in (writer, self._row_ok(row0)) if c is not None])
+            self.body.append(If(cond, body))
+
+
+def ix_off(ix: TensorIndexer, tv: TensorView, idx) -> kir.Expr:
+    return ix.offset(tv, idx)
+
+
+def _subst_v_expr(e, value):
+    return kir.substitute(e, {Var("v"): value})
+
+
+def _subst_v(stmt, value):
+    return kir.substitute_stmt(stmt, {Var("v"): value})
+
+
+def _subst_s(stmt, value):
+    return kir.substitute_stmt(stmt, {Var("s"): value})
+
+
+def lower_reduction(fusion: Fusion, ref: TensorView, params: ReductionParams, vector_tensors: frozenset[TensorView],
+                    sub: SubFusion, red_classes: frozenset[int], name: str = "fuser_reduction") -> Kernel:
+    """Kernel IR for a reduction or inner-persistent fusion scheduled from `ref`."""
+    return ReductionLowering(fusion, ref, params, vector_tensors, sub, red_classes, name).lower()
