@@ -155,3 +155,20 @@ def test_sum_over_axis_broadcast_in_dim_made(device):
     s0, s01 = fd.execute([x])
     assert_close(s0, x * 5)
     assert_close(s01, x.expand(5, 7).sum([0, 1], keepdim=True))
+
+
+def test_softmax_over_an_expanded_axis(device):
+    """The max over an expanded axis is the value and the sum multiplies: softmax is 1/n.
+    The output is expanded along that axis, stored once: vector lanes run along the odd
+    concrete axis beside it and must not cross its rows (a misaligned vector on the GPU)."""
+    x = torch.randn(32, 33, 1, device=device)[::2].expand(16, 33, 8)
+    with FusionDefinition() as fd:
+        t0 = fd.define_tensor(shape=[-1, -1, -1], contiguity=[False, True, None], dtype=DataType.Float)
+        m = fd.ops.max(t0, dims=[2], keepdim=True)
+        e = fd.ops.exp(fd.ops.sub(t0, m))
+        s = fd.ops.sum(e, dims=[2], keepdim=True)
+        fd.add_output(fd.ops.cast(fd.ops.div(e, s), DataType.BFloat16))
+    (out,) = fd.execute([x])
+    assert_close(out, torch.softmax(x, dim=2).to(torch.bfloat16))
+    meta = torch.empty_strided(x.shape, x.stride(), device="meta")
+    assert "load_vec" not in fd.cuda_code_for([meta])  # 33 is odd: no vector fits a row

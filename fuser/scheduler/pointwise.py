@@ -66,14 +66,13 @@ class PointwiseParams:
 
 
 def inner_extent(info, ref: TensorView) -> int:
-    """Elements of the reference's innermost axes up to and including its first
-    non-broadcast one: vector lanes never cross that boundary."""
-    n = 1
+    """The extent of the reference's innermost non-broadcast axis: vector lanes never cross
+    it (broadcast axes, expanded or not, are one element in the loop nest: an expanded
+    output is stored once and expanded as a view)."""
     for i in reversed(ref.logical_no_reductions()):
-        n *= info.extent(i)
         if not i.is_broadcast:
-            break
-    return n
+            return info.extent(i)
+    return 1
 
 
 def reference_tensor(sub: SubFusion) -> TensorView:
