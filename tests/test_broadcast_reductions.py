@@ -172,3 +172,18 @@ def test_softmax_over_an_expanded_axis(device):
     assert_close(out, torch.softmax(x, dim=2).to(torch.bfloat16))
     meta = torch.empty_strided(x.shape, x.stride(), device="meta")
     assert "load_vec" not in fd.cuda_code_for([meta])  # 33 is odd: no vector fits a row
+
+
+def test_reduction_of_a_reduction_over_no_rows(device):
+    """A second reduction's input is the first's output, whose own reduction axis (over
+    no rows here) must not become a loop of the second kernel."""
+    x = torch.empty(0, 3, dtype=torch.int32, device=device)
+    with FusionDefinition() as fd:
+        t0 = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Int32)
+        t1 = fd.ops.sum(t0, dims=[0])
+        t2 = fd.ops.sum(t1, dims=[0], keepdim=True)
+        fd.add_output(fd.ops.div(t1, fd.ops.add(fd.ops.abs(t2), 1.0)))
+        fd.add_output(t2)
+    out, total = fd.execute([x])
+    assert_close(out, torch.zeros(3, device=device))
+    assert_close(total, torch.zeros(1, dtype=torch.int64, device=device))

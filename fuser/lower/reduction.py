@@ -90,14 +90,15 @@ class ReductionLowering:
         self._red_classes = red_classes
         self._is_full = {tv: any(find(id_of(i)) in red_classes for i in tv.logical_no_reductions() if not i.is_broadcast)
                          for tv in fusion.tensors()}
-        loop = [i for i in ref.domain.loop if not i.is_broadcast]
+        # the reference's own reduction axes (it may be a reduction's output) iterate nothing here
+        loop = [i for i in ref.domain.loop if not i.is_broadcast and not i.is_reduction]
         merged_red = [i for i in loop if self._class_set(i) <= red_classes]
         merged_it = [i for i in loop if i not in merged_red]
         if len(merged_red) != 1 or len(merged_it) > 1:
             raise NotLowerable(f"reduction reference {ref!r} is not scheduled as [rows, columns]")
         self.row_axis: IterDomain | None = merged_it[0] if merged_it else None
         self.col_axis: IterDomain = merged_red[0]
-        self.lead = [i for i in ref.domain.loop if i.is_broadcast]
+        self.lead = [i for i in ref.domain.loop if i.is_broadcast or i.is_reduction]
         self.exprs = [e for e in fusion.exprs() if any(isinstance(o, TensorView) for o in e.outputs)]
         self.stage = self._stages()
         V = params.vectorize
