@@ -4,8 +4,7 @@ executor, and `thunder.jit` of a small GPT block (embedding, RMSNorm, causal att
 through scaled_dot_product_attention, SwiGLU MLP) runs forward and backward with fuser
 generating its fused regions, matching eager PyTorch and Thunder without nvFuser.
 
-Needs CUDA and `lightning-thunder` (skipped otherwise); `.gpu/run_thunder.sh` installs
-Thunder on the GPU machine and runs this file and Thunder's own test_nvfuser.py."""
+Needs CUDA and `lightning-thunder==0.2.6` (skipped otherwise)."""
 import copy
 import importlib.util
 import sys
@@ -20,7 +19,7 @@ import fuser.compat.nvfuser
 
 pytestmark = [
     pytest.mark.gpu,
-    pytest.mark.skipif(importlib.util.find_spec("thunder") is None, reason="needs lightning-thunder (.gpu/run_thunder.sh)"),
+    pytest.mark.skipif(importlib.util.find_spec("thunder") is None, reason="needs lightning-thunder==0.2.6"),
 ]
 
 

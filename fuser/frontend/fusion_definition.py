@@ -802,9 +802,9 @@ def _refuse_matmul_codegen(fusion: Fusion) -> None:
     """With nvFuser's `matmul_expr_eval` disabled, matmul and linear need generated kernels;
     fuser has none, so (as nvFuser's segmenter would) no scheduler takes them."""
     from fuser.errors import FuserError
-    from fuser.ir import AtenOp, LinearOp, MatmulOp
+    from fuser.ir import LinearOp, MatmulOp
 
-    ops = [e for e in fusion.exprs() if isinstance(e, (MatmulOp, LinearOp)) and not isinstance(e, AtenOp)]
+    ops = [e for e in fusion.exprs() if isinstance(e, (MatmulOp, LinearOp))]
     if ops:
         raise FuserError(
             f"Can not find a scheduler to schedule fusion segment: {type(ops[0]).__name__} with "

@@ -88,57 +88,31 @@ class _Timer:
         return lambda: t
 
 
+class _SegmentTimer:
+    """The runner's observer during a profiled execute: each segment's run (its kernel's
+    launch, or its reference-executor run) timed, with the bytes it read and wrote."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.timer = _Timer(device)
+        self.seen: dict[int, tuple[Callable[[], float], int, int]] = {}
+
+    def start(self, k: int) -> Any:
+        return self.timer.start()
+
+    def stop(self, k: int, token: Any, args: Any, outs: Any) -> None:
+        self.seen[k] = (self.timer.stop(token), _nbytes(args), _nbytes(outs))
+
+
 @contextlib.contextmanager
 def observe_segments(runner: Any, device: torch.device) -> Iterator[dict]:
-    """While an execute runs on `runner`, time each segment: its generated kernel's launch,
-    or its reference-executor run. Yields {group index: (elapsed fn, in bytes, out bytes)}."""
-    from fuser.runtime import segmented
-
-    seen: dict[int, tuple[Callable[[], float], int, int]] = {}
-    timer = _Timer(device)
-    by_fusion = {id(r.fusion): k for k, r in enumerate(runner.runs)}
-    original_run_group = getattr(segmented, "_run_group", None)
-
-    def run_group(fusion: Any, args: Any, dev: Any) -> Any:
-        begin = timer.start()
-        outs = original_run_group(fusion, args, dev)
-        k = by_fusion.get(id(fusion))
-        if k is not None:
-            seen[k] = (timer.stop(begin), _nbytes(args), _nbytes(outs))
-        return outs
-
-    class _TimedKernel:
-        """A generated kernel whose launches are timed; everything else passes through."""
-
-        def __init__(self, kernel: Any, k: int) -> None:
-            self._kernel, self._k = kernel, k
-
-        def __getattr__(self, name: str) -> Any:
-            return getattr(self._kernel, name)
-
-        def __bool__(self) -> bool:
-            return True
-
-        def run(self, args: Any, outs: Any) -> Any:
-            begin = timer.start()
-            result = self._kernel.run(args, outs)
-            seen[self._k] = (timer.stop(begin), _nbytes(args), _nbytes(outs))
-            return result
-
-    wrapped = {}
-    for k, r in enumerate(runner.runs):
-        if r.kernel:
-            wrapped[k] = r.kernel
-            r.kernel = _TimedKernel(r.kernel, k)
-    if original_run_group is not None:  # reference-executor segments are timed through it
-        segmented._run_group = run_group
+    """While an execute runs on `runner`, time each segment. Yields {group index: (elapsed
+    fn, in bytes, out bytes)}."""
+    observer = _SegmentTimer(device)
+    runner.observer = observer
     try:
-        yield seen
+        yield observer.seen
     finally:
-        if original_run_group is not None:
-            segmented._run_group = original_run_group
-        for k, kernel in wrapped.items():
-            runner.runs[k].kernel = kernel
+        runner.observer = None
 
 
 def build_profile(fusion_id: int, runner: Any, seen: dict, host_ms: float, total: Callable[[], float],

@@ -268,14 +268,11 @@ class LinearOp(Expr):
     """torch.nn.functional.linear(input, weight, bias?)."""
 
 
-class AtenOp(MatmulOp):
+class AtenOp(Expr):
     """Other work only ATen does (argsort, topk, embedding_fwd, sdpfa_fwd, sdpfa_bwd,
     grouped_mm, bitcast, ndtri): `name` is its fd.ops call, `arg_names` names the inputs
     (tensors, then scalars) in order, `params` holds its constant arguments as (name,
-    value) pairs. The reference executor runs it with PyTorch.
-
-    It derives from MatmulOp so that segmentation treats it as matmul: an expr_eval
-    segment of its own, never inside a generated kernel."""
+    value) pairs. The reference executor runs it with PyTorch (an expr_eval segment)."""
 
     attr_names = ("name", "arg_names", "params")
 

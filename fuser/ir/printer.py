@@ -239,7 +239,7 @@ def expr_str(e: Expr) -> str:
     if isinstance(e, ScatterOp):
         a, idx, src = (val_str(v) for v in e.inputs)
         return f"{out}\n   = scatter( {a}, dim = {e.dim}, {idx}, {src} )\n"
-    if isinstance(e, AtenOp):  # before MatmulOp, which it derives from
+    if isinstance(e, AtenOp):
         args = ", ".join(val_str(v) for v in e.inputs)
         params = "".join(f", {k} = {_param(v)}" for k, v in e.params)
         outs = ",\n".join(val_str(o) for o in e.outputs)

@@ -65,8 +65,12 @@ class SegmentedRunner:
         self._direct = (len(self.runs) == 1 and self.runs[0].inputs == list(fusion.inputs)
                         and self.runs[0].outputs == list(fusion.outputs))
 
+    #: per-segment hooks (`start(k) -> token`, `stop(k, token, args, outs)`) around each
+    #: segment's run, for profiling; None on the ordinary path
+    observer: Any = None
+
     def run(self, inputs: Sequence[Any]) -> list[Any]:
-        if self._direct:
+        if self._direct and self.observer is None:
             r = self.runs[0]
             k = r.kernel
             if k:
@@ -86,11 +90,15 @@ class SegmentedRunner:
                     r.kernel = False
                 else:
                     r.kernel.check_devices(args)
+            obs = self.observer
+            token = obs.start(k) if obs is not None else None
             if r.kernel:
                 outs = r.kernel.allocate_outputs()
                 r.kernel.run(args, outs)
             else:
                 outs = _run_group(r.fusion, args, device)
+            if obs is not None:
+                obs.stop(k, token, args, outs)
             env.update(zip(r.outputs, outs))
             for v in self.free_after[k]:
                 env.pop(v, None)

@@ -18,6 +18,7 @@ import numpy as np
 from fuser._core.idmap import IdUnion
 
 from fuser.ir import (
+    AtenOp,
     BroadcastOp,
     CatOp,
     Expr,
@@ -58,7 +59,7 @@ RESIZE = "resize"  # slice, pad, cat
 ATEN = "aten"  # work only ATen does (matmul, linear, scan, scatter)
 SCALAR = "scalar"  # scalar arithmetic: evaluated on the host wherever it is needed
 
-_ATEN_ONLY = (MatmulOp, LinearOp, ScanOp, ScatterOp)
+_ATEN_ONLY = (MatmulOp, LinearOp, ScanOp, ScatterOp, AtenOp)
 _RESIZE = (SliceOp, PadOp, CatOp)
 _VIEW = (BroadcastOp, SqueezeOp, ExpandOp)
 _INDEXING = (SelectOp, IndexSelectOp, GatherOp)
@@ -114,7 +115,8 @@ def _permissive_pairs(e: Expr) -> list[tuple[IterDomain, IterDomain]]:
         for inp in ins:
             pairs.append((inp.logical_no_reductions()[e.dim], outs[0].root[e.dim]))
         return pairs
-    if isinstance(e, (SqueezeOp, BroadcastOp, SelectOp, IndexSelectOp, GatherOp, ScatterOp, MatmulOp, LinearOp, FullOp, IotaOp, RNGOp)):
+    if isinstance(e, (SqueezeOp, BroadcastOp, SelectOp, IndexSelectOp, GatherOp, ScatterOp, MatmulOp, LinearOp, AtenOp,
+                      FullOp, IotaOp, RNGOp)):
         return pairs
     for out in outs:
         for inp in ins:

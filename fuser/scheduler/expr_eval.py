@@ -1,4 +1,4 @@
-"""expr_eval: work ATen does best (matmul, linear, scan, scatter), run through ATen
+"""expr_eval: work ATen does best (matmul, linear, scan, scatter, the ATen-only ops), run through ATen
 rather than a generated kernel, with the views around it."""
 from __future__ import annotations
 
