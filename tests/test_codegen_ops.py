@@ -16,6 +16,7 @@ from typing import Any, Callable, Sequence
 import pytest
 
 from fuser import DataType, FusionDefinition
+from fuser.ops.arith import common_dtype
 from fuser.codegen import ops as cops
 from fuser.ir import BinaryOp, BinaryOpType, TernaryOp, TernaryOpType, TensorView, UnaryOp, UnaryOpType
 
@@ -80,7 +81,7 @@ def _case_of(name: str, operands: tuple, extra: tuple = ()) -> Case | None:
     assert all(isinstance(v, TensorView) == isinstance(o, DataType) for v, o in zip(e.inputs, operands))
     common = None
     if isinstance(e, BinaryOp) or (isinstance(e, TernaryOp) and e.op_type is TernaryOpType.Threshold):
-        common = cops.common_dtype(e.inputs[0], e.inputs[1])
+        common = common_dtype(e.inputs[0], e.inputs[1])
     return Case(e.op_type, name, operands, tuple(v.dtype for v in e.inputs), e.output.dtype, common)
 
 

@@ -50,7 +50,6 @@ from fuser.lower.kir import (
     eq,
     lt,
 )
-from fuser.lower.values import common_dtype
 
 LOWER = Path(__file__).resolve().parent.parent / "fuser" / "lower"
 a, b, c, d = Var("a"), Var("b"), Var("c"), Var("d")
@@ -105,19 +104,6 @@ def test_lower_writes_no_c():
         for node in ast.walk(tree):
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
                 assert not any(m in node.value for m in _C_MARKS), f"{path.name}:{node.lineno}: {node.value!r}"
-
-
-def test_common_dtype_matches_codegen_ops():
-    # the promotion lowering records for comparisons equals the emitters' documented one
-    dtypes = [DataType.Bool, DataType.Int32, DataType.Int, DataType.Half, DataType.BFloat16, DataType.Float8_e4m3fn,
-              DataType.Float, DataType.Double, DataType.ComplexFloat]
-    with FusionDefinition() as fd:
-        vals = [fd.define_tensor(shape=[-1], contiguity=[True], dtype=dt) for dt in dtypes]
-        vals += [fd.define_tensor(shape=[], contiguity=[], dtype=dt) for dt in dtypes]
-        vals += [fd.define_scalar(dtype=dt) for dt in dtypes]
-        fd.add_output(vals[0])
-    for x, y in itertools.product(vals, repeat=2):
-        assert common_dtype(x, y) == cops.common_dtype(x, y), (x, y)
 
 
 # --- expressions ------------------------------------------------------------------------------------

@@ -37,7 +37,6 @@ from fuser.ir.exprs import BinaryOpType, TernaryOpType, UnaryOpType
 
 __all__ = [
     "RUNTIME_HEADER_NAME",
-    "common_dtype",
     "compute_dtype",
     "ctype",
     "emit_binary",
@@ -101,30 +100,6 @@ def compute_dtype(dt: DataType) -> DataType:
     """The dtype arithmetic producing `dt` runs in: Float for half, bfloat16 and fp8."""
     _check_dtype(dt, "compute_dtype")
     return _compute_dtype(dt)
-
-
-def common_dtype(*operands: Any) -> DataType:
-    """The type PyTorch compares (or promotes) these IR operands in, as the reference does it:
-    narrow floats first widen to float, then tensors with dimensions outrank 0-dim tensors,
-    which outrank scalars (wrapped numbers). Pass it as `common` to `emit_binary` for
-    comparisons and logical ops, and to `emit_ternary` for threshold (x, th)."""
-    from fuser.ir import TensorView
-    from fuser.ops.arith import _combine_categories
-
-    def widened(v: Any) -> DataType:
-        return _compute_dtype(v.dtype)
-
-    tvs = [v for v in operands if isinstance(v, TensorView)]
-    scalars = [widened(v) for v in operands if not isinstance(v, TensorView)]
-    if not tvs:
-        return result_type([], scalars)
-    dim = [widened(t) for t in tvs if t.logical_no_reductions()]
-    zero = [widened(t) for t in tvs if not t.logical_no_reductions()]
-    lower = result_type(zero, scalars) if zero else (result_type([DataType.Bool], scalars) if scalars else None)
-    if not dim:
-        return lower
-    higher = result_type(dim, [])
-    return higher if lower is None else _combine_categories(higher, lower)
 
 
 def _check_dtype(dt: Any, what: str) -> None:

@@ -445,34 +445,24 @@ class ReductionLowering:
         return decls, per_value, merge
 
     def _load_full(self, tv: TensorView, s, u) -> list:
-        ptr = self.params.tensor(tv)
-        v = Var("v")
-        row, col = self._row_col(s, u, v)
-        idx = self._indices(row, col)
-        off = self.ix.offset(tv, idx)
-        name = self.regs[tv]
-        if self.V > 1 and tv in self.vector_tensors:
-            off0 = _subst_v_expr(off, IntLit(0))
-            return [VecLoad(tv.dtype, self.V, AddressOf(Element(Var(name), u * self.V)), AddressOf(Element(ptr, off0)))]
-        body = [Assign(self._reg(tv, u, v), Element(ptr, off))]
-        if self.V > 1:
-            return [For(v, IntLit(self.V), body, unroll=True, dtype=DataType.Int32)]
-        return [_subst_v(x, IntLit(0)) for x in body]
+        return self._access_full(tv, s, u, load=True)
 
     def _store_full(self, tv: TensorView, s, u) -> list:
+        return self._access_full(tv, s, u, load=False)
+
+    def _access_full(self, tv: TensorView, s, u, *, load: bool) -> list:
+        """Load (or store) tile row `u` of a full tensor at step `s`: one vector access
+        where `tv` allows it, else one access per lane."""
         ptr = self.params.tensor(tv)
         v = Var("v")
         row, col = self._row_col(s, u, v)
-        idx = self._indices(row, col)
-        off = self.ix.offset(tv, idx)
-        name = self.regs[tv]
+        off = self.ix.offset(tv, self._indices(row, col))
         if self.V > 1 and tv in self.vector_tensors:
-            off0 = _subst_v_expr(off, IntLit(0))
-            return [VecStore(tv.dtype, self.V, AddressOf(Element(ptr, off0)), AddressOf(Element(Var(name), u * self.V)))]
-        body = [Assign(Element(ptr, off), self._reg(tv, u, v))]
-        if self.V > 1:
-            return [For(v, IntLit(self.V), body, unroll=True, dtype=DataType.Int32)]
-        return [_subst_v(x, IntLit(0)) for x in body]
+            mem = AddressOf(Element(ptr, _subst_v_expr(off, IntLit(0))))
+            reg = AddressOf(Element(Var(self.regs[tv]), u * self.V))
+            return [VecLoad(tv.dtype, self.V, reg, mem) if load else VecStore(tv.dtype, self.V, mem, reg)]
+        pair = (self._reg(tv, u, v), Element(ptr, off))
+        return self._over_lanes([Assign(*pair) if load else Assign(*reversed(pair))])
 
     def _combine(self, accs: list) -> None:
         """Combine each accumulator across the block (and the grid), then give each

@@ -22,7 +22,7 @@ from fuser.ir import (
 )
 from fuser.ir.dtype import compute_dtype
 from fuser.ir.exprs import BinaryOpType, TernaryOpType
-from fuser.ops.arith import _combine_categories
+from fuser.ops.arith import common_dtype
 from fuser.scheduler.analysis import is_trivial_reduction
 
 from .errors import NotLowerable
@@ -30,23 +30,6 @@ from .kir import Binary, Cast, Const, Expr, Ternary, Unary
 from .params import ParamTable
 
 Operand = Callable[[Val], Expr]
-
-
-def common_dtype(*operands: Val) -> DataType:
-    """The type PyTorch compares (or promotes) these IR operands in: narrow floats first
-    widen to float, then tensors with dimensions outrank 0-dim tensors, which outrank
-    scalars (wrapped numbers). Comparisons, logical ops and threshold run in it."""
-    tvs = [v for v in operands if isinstance(v, TensorView)]
-    scalars = [compute_dtype(v.dtype) for v in operands if not isinstance(v, TensorView)]
-    if not tvs:
-        return result_type([], scalars)
-    dim = [compute_dtype(t.dtype) for t in tvs if t.logical_no_reductions()]
-    zero = [compute_dtype(t.dtype) for t in tvs if not t.logical_no_reductions()]
-    lower = result_type(zero, scalars) if zero else (result_type([DataType.Bool], scalars) if scalars else None)
-    if not dim:
-        return lower
-    higher = result_type(dim, [])
-    return higher if lower is None else _combine_categories(higher, lower)
 
 
 def arith(e, out: Val, operand: Operand) -> Expr:

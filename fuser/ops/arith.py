@@ -134,17 +134,22 @@ def _new_output(operands: Sequence[Val], dtype: DataType) -> Val:
 
 def _promoted(operands: Sequence[Val]) -> DataType:
     """nvFuser's common dtype (`computeTypes`): operands of one dtype keep it (two Double
-    scalars stay Double); otherwise PyTorch's result type, where tensors with dimensions
-    outrank 0-dim tensors, which outrank scalars (wrapped numbers), and a lower tier counts
-    only where its category is higher."""
+    scalars stay Double); otherwise PyTorch's result type by tiers (`_tiered`)."""
     if len({a.dtype for a in operands}) == 1:
         return operands[0].dtype
+    return _tiered(operands, lambda v: v.dtype)
+
+
+def _tiered(operands: Sequence[Val], dtype_of) -> DataType:
+    """PyTorch's result type, where tensors with dimensions outrank 0-dim tensors, which
+    outrank scalars (wrapped numbers), and a lower tier counts only where its category is
+    higher; each operand's type is `dtype_of(operand)`."""
     tvs = [a for a in operands if isinstance(a, TensorView)]
-    scalars = [a.dtype for a in operands if not isinstance(a, TensorView)]
+    scalars = [dtype_of(a) for a in operands if not isinstance(a, TensorView)]
     if not tvs:
         return result_type([], scalars)
-    dim = [t.dtype for t in tvs if t.logical_no_reductions()]
-    zero = [t.dtype for t in tvs if not t.logical_no_reductions()]
+    dim = [dtype_of(t) for t in tvs if t.logical_no_reductions()]
+    zero = [dtype_of(t) for t in tvs if not t.logical_no_reductions()]
     lower = result_type(zero, scalars) if zero else (result_type([DataType.Bool], scalars) if scalars else None)
     if not dim:
         return lower
@@ -367,3 +372,12 @@ def sub_alpha(a: Operand, b: Operand, alpha: Operand) -> Operand:
 def addcmul(x: Operand, a: Operand, b: Operand, value: Operand) -> Operand:
     """x + value * a * b (torch.addcmul)."""
     return binary(BinaryOpType.Add, x, binary(BinaryOpType.Mul, value, binary(BinaryOpType.Mul, a, b)))
+
+
+def common_dtype(*operands: Val) -> DataType:
+    """The type PyTorch compares (or promotes) these IR operands in: narrow floats first
+    widen to float, then the tiers of `_tiered`. Comparisons, logical ops and threshold run
+    in it (generated code and the reference executor alike)."""
+    from fuser.ir.dtype import compute_dtype
+
+    return _tiered(operands, lambda v: compute_dtype(v.dtype))
