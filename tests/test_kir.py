@@ -4,7 +4,6 @@ lowering package neither imports codegen nor writes C."""
 from __future__ import annotations
 
 import ast
-import itertools
 import subprocess
 import sys
 from pathlib import Path

@@ -18,9 +18,7 @@ from fuser.ir import (
     TernaryOp,
     UnaryOp,
     Val,
-    result_type,
 )
-from fuser.ir.dtype import compute_dtype
 from fuser.ir.exprs import BinaryOpType, TernaryOpType
 from fuser.ops.arith import common_dtype
 from fuser.scheduler.analysis import is_trivial_reduction
