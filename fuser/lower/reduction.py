@@ -424,9 +424,10 @@ class ReductionLowering:
             # deviations from the row's mean) cost two float block reductions, far less than
             # combining Welford triples across the block
             add = kir.BinaryOpType.Add
-            smem, smem_n = Var(self._shared(acc_dt, False)), Var(self._shared(DataType.Int32, False))
+            smem = Var(self._shared(acc_dt, False))
+            # every row has all its columns: the count is the row length, no reduction
             merge = [BlockAllReduce(Var(tsum), Var(tsum), add, acc_dt, smem),
-                     BlockAllReduce(Var(tcnt), Var(tcnt), add, DataType.Int32, smem_n),
+                     Assign(Var(tcnt), self.n_cols),
                      Decl(tmean, acc_dt, None, mean), Decl(tm2, acc_dt, None, kir.Const(0, acc_dt)),
                      For(u, IntLit(self.U), [If(pred, self._over_lanes(second))], unroll=True, dtype=DataType.Int32),
                      BlockAllReduce(Var(tm2), Var(tm2), add, acc_dt, smem),

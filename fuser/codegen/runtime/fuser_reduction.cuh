@@ -10,7 +10,8 @@
 // fewer than 32 threads lies in one warp (rows are consecutive thread ids). A reduction
 // "over y" combines the threads of one column (same threadIdx.x): blockDim.y must be a
 // power of two. Every function is an allreduce: each thread of the row (column) gets the
-// result. Every thread of the block must call it (they synchronise).
+// result. Every thread of the block must call it (they synchronise), and each leaves its
+// shared scratch free on return (it ends with a barrier), so none needs one on entry.
 //
 // Grid reductions combine one partial per block along gridDim.y in one kernel: every block
 // writes its partial to a work buffer and counts itself in a semaphore; the last block to
@@ -109,7 +110,7 @@ FUSER_DEVICE T block_allreduce_x(T v, Op op, T* smem) {
   const int warps = bdx / 32;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   T* row = smem + threadIdx.y * warps;
-  __syncthreads();  // earlier readers of smem are done
+  // no barrier first: every user of smem ends with one, so earlier readers are done
   if (lane == 0) row[warp] = v;
   __syncthreads();
   T r = row[0];
@@ -126,8 +127,7 @@ FUSER_DEVICE T block_allreduce_y(T v, Op op, T* smem) {
   if (bdy == 1) return v;
   const int bdx = blockDim.x;
   const int tx = threadIdx.x, ty = threadIdx.y;
-  __syncthreads();
-  smem[ty * bdx + tx] = v;
+  smem[ty * bdx + tx] = v;  // (every user of smem ends with a barrier: it is free)
   __syncthreads();
   for (int s = bdy / 2; s > 0; s /= 2) {
     if (ty < s) smem[ty * bdx + tx] = op(smem[ty * bdx + tx], smem[(ty + s) * bdx + tx]);
