@@ -77,3 +77,23 @@ def test_axes_mapped_onto_each_other_are_not_lowered():
     x = torch.randn(5, 5)
     (out,) = fd.execute([x])
     assert torch.allclose(out, x + x.t())
+
+
+@pytest.mark.nvcc
+def test_a_scalar_used_as_extent_and_value_gets_two_parameters():
+    """`n` sizes the tensor (an index-typed extent) and is added to it (an int64 value):
+    two kernel parameters, with distinct names."""
+    from fuser import DataType
+
+    with FusionDefinition() as fd:
+        n = fd.define_scalar(dtype=DataType.Int)
+        f = fd.ops.full(shape=[7, n], fill_value=1.0, dtype=DataType.Float)
+        fd.add_output(fd.ops.add(f, n))
+    (out,) = fd.execute([5])
+    assert torch.equal(out, torch.full((7, 5), 6.0))
+    src = fd.cuda_code_for([5])
+    head = src.split(") {")[0]
+    names = [line.strip().rstrip(",").split()[-1] for line in head.splitlines()[4:]]
+    assert len(names) == len(set(names)) and any("long long" in line for line in head.splitlines())
+    cubin = compile_cubin_nvcc(src, arch="sm_90", headers=runtime_headers())
+    assert cubin[:4] == b"\x7fELF"

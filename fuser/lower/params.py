@@ -1,6 +1,7 @@
 """A kernel's parameters: tensor pointers, strides, extents and scalar inputs, each made once."""
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from fuser.ir import DataType, Scalar, TensorView, Val
@@ -25,7 +26,11 @@ class ParamTable:
     def _get(self, key: Any, make) -> Param:
         got = self._by_key.get(key)
         if got is None:
-            got = self._by_key[key] = make()
+            got = make()
+            if any(p.name == got.name for p in self.params):
+                # one scalar can be both an extent (index type) and a value (its own dtype)
+                got = dataclasses.replace(got, name=f"{got.name}_{len(self.params)}")
+            self._by_key[key] = got
             self.params.append(got)
         return got
 
