@@ -187,3 +187,21 @@ def test_reduction_of_a_reduction_over_no_rows(device):
     out, total = fd.execute([x])
     assert_close(out, torch.zeros(3, device=device))
     assert_close(total, torch.zeros(1, dtype=torch.int64, device=device))
+
+
+def test_output_beside_a_reduction_over_no_elements(device):
+    """A segment reduces [n, 0] to a scalar and also outputs a [n] tensor of the reduced
+    rows' axis: the kernel's column loop visits nothing, so that output must still be made."""
+    x = torch.randn(255, device=device, dtype=torch.float16) + 3
+    y = torch.randn(255, 2, device=device).narrow(1, 0, 0)
+    with FusionDefinition() as fd:
+        t0 = fd.define_tensor(shape=[-1], contiguity=[True], dtype=DataType.Half)
+        t1 = fd.define_tensor(shape=[-1, -1], contiguity=[False, True], dtype=DataType.Float)
+        t2 = fd.ops.ne(t0, 0.0)
+        b = fd.ops.broadcast_in_dim(t2, shape=[255, 0], broadcast_dims=[0])
+        p = fd.ops.prod(fd.ops.add(fd.ops.where(b, b, t1), 1.0), dims=[0, 1], keepdim=True)
+        fd.add_output(fd.ops.bitwise_and(t2, t2))
+        fd.add_output(p)
+    mask, prod = fd.execute([x, y])
+    assert_close(mask, torch.ones(255, dtype=torch.bool, device=device))
+    assert_close(prod, torch.ones(1, 1, device=device))

@@ -252,8 +252,12 @@ def prepare_reduction(fusion: Fusion, args: Sequence[Any], device: torch.device 
     if not reds:
         raise NotLowerable("no reduction")
     geo = red.geometry(sub)
-    if geo.n_red == 0 and any(isinstance(r.expr, WelfordOp) for r in reds):
-        raise NotLowerable("a mean over no elements (NaN, which an empty Welford accumulator does not hold)")
+    if geo.n_red == 0:
+        if any(isinstance(r.expr, WelfordOp) for r in reds):
+            raise NotLowerable("a mean over no elements (NaN, which an empty Welford accumulator does not hold)")
+        for tv in fusion.outputs:  # written inside the column loop, which visits nothing
+            if isinstance(tv, TensorView) and set(sub.classes_of(tv)) & reds[0].red_classes and info.numel(tv):
+                raise NotLowerable(f"output {tv!r} spans reduced axes with no elements but has elements itself")
     if persistent and not geo.inner:
         raise NotLowerable("an outer persistent reduction")
     vec = vectorizable(sub, geo.vector_axis) if geo.vector_axis is not None else []
