@@ -1,14 +1,11 @@
 """Code generation needs no GPU: every pointwise case's kernels, generated from meta
 tensors, compile with nvcc for sm_90 (one translation unit for all, one nvcc call)."""
-import re
-
 import pytest
 import torch
 
 from fuser import FusionDefinition
-from fuser.codegen.ops import runtime_headers
-from fuser.runtime.nvrtc import compile_cubin_nvcc
 
+from cuda_units import compile_all
 from pointwise_cases import CASES
 
 
@@ -24,16 +21,8 @@ def _code(case):
 
 @pytest.mark.nvcc
 def test_every_case_compiles_for_sm90():
-    units = []
-    for n, case in enumerate(CASES):
-        if case.name.endswith("_empty"):  # zero elements: a no_op segment, no kernel
-            continue
-        src = _code(case)
-        for k, one in enumerate(src.split('#include "fuser_runtime.cuh"\n')[1:]):
-            one = one.replace("typedef", "// typedef", 1) if units else one
-            units.append(re.sub(r"\bfuser_pointwise\b", f"k{n}_{k}", one))
-    text = '#include "fuser_runtime.cuh"\n' + "\n".join(units)
-    cubin = compile_cubin_nvcc(text, arch="sm_90", headers=runtime_headers())
+    # zero elements: a no_op segment, no kernel
+    cubin = compile_all(_code(case) for case in CASES if not case.name.endswith("_empty"))
     assert cubin[:4] == b"\x7fELF"
 
 
@@ -95,5 +84,4 @@ def test_a_scalar_used_as_extent_and_value_gets_two_parameters():
     head = src.split(") {")[0]
     names = [line.strip().rstrip(",").split()[-1] for line in head.splitlines()[4:]]
     assert len(names) == len(set(names)) and any("long long" in line for line in head.splitlines())
-    cubin = compile_cubin_nvcc(src, arch="sm_90", headers=runtime_headers())
-    assert cubin[:4] == b"\x7fELF"
+    assert compile_all([src])[:4] == b"\x7fELF"

@@ -2,14 +2,11 @@
 made from meta tensors of many shapes (inner and outer reductions, grid reductions,
 Welford, softmax and the norms), compiles with nvcc for sm_90, and the schedule's choices
 show in the code (vector loads, block and grid reductions)."""
-import re
-
 import pytest
 import torch
 
 from fuser import DataType, FusionDefinition
-from fuser.codegen.ops import runtime_headers
-from fuser.runtime.nvrtc import compile_cubin_nvcc
+from cuda_units import compile_all
 
 
 def _meta(shape, dtype=torch.float32, stride=None):
@@ -95,17 +92,9 @@ def _code(build, inputs):
 
 @pytest.mark.nvcc
 def test_every_reduction_kernel_compiles_for_sm90():
-    units = []
-    for n, (name, build, inputs) in enumerate(CASES):
-        src, _ = _code(build, inputs)
-        assert "fuser_reduction.cuh" in src, name
-        for k, one in enumerate(src.split('#include "fuser_runtime.cuh"\n')[1:]):
-            one = one.replace('#include "fuser_reduction.cuh"\n', "")
-            one = one.replace("typedef", "// typedef", 1) if units else one
-            units.append(re.sub(r"\bfuser_(pointwise|reduction)\b", f"k{n}_{k}", one))
-    text = '#include "fuser_runtime.cuh"\n#include "fuser_reduction.cuh"\n' + "\n".join(units)
-    cubin = compile_cubin_nvcc(text, arch="sm_90", headers=runtime_headers())
-    assert cubin[:4] == b"\x7fELF"
+    sources = [_code(build, inputs)[0] for _, build, inputs in CASES]
+    assert all("fuser_reduction.cuh" in src for src in sources)
+    assert compile_all(sources)[:4] == b"\x7fELF"
 
 
 def test_inner_sum_uses_vectors_and_a_block_reduction():
@@ -154,13 +143,6 @@ def _case_sources():
 
 @pytest.mark.nvcc
 def test_every_reduction_case_generates_and_compiles():
-    units = []
-    for n, (name, src) in enumerate(_case_sources()):
-        for k, one in enumerate(src.split('#include "fuser_runtime.cuh"\n')[1:]):
-            one = one.replace('#include "fuser_reduction.cuh"\n', "")
-            one = one.replace("typedef", "// typedef", 1) if units else one
-            units.append(re.sub(r"\bfuser_(pointwise|reduction)\b", f"k{n}_{k}", one))
-    assert len(units) > 100
-    text = '#include "fuser_runtime.cuh"\n#include "fuser_reduction.cuh"\n' + "\n".join(units)
-    cubin = compile_cubin_nvcc(text, arch="sm_90", headers=runtime_headers())
-    assert cubin[:4] == b"\x7fELF"
+    sources = [src for _, src in _case_sources()]
+    assert len(sources) > 100
+    assert compile_all(sources)[:4] == b"\x7fELF"

@@ -1,0 +1,23 @@
+"""Compiling many generated kernels at once: one translation unit (each kernel renamed, the
+runtime headers and index typedef once), one nvcc call, for the CPU codegen tests."""
+from __future__ import annotations
+
+import re
+from typing import Iterable
+
+from fuser.codegen.ops import runtime_headers
+from fuser.runtime.nvrtc import compile_cubin_nvcc
+
+_HEADERS = ('#include "fuser_runtime.cuh"\n', '#include "fuser_reduction.cuh"\n')
+
+
+def compile_all(sources: Iterable[str]) -> bytes:
+    """The CUBIN of every kernel in `sources` (each a fd.cuda_code_for text, which may hold
+    several kernels), compiled together for sm_90."""
+    units: list[str] = []
+    for n, src in enumerate(sources):
+        for k, one in enumerate(src.split(_HEADERS[0])[1:]):
+            one = one.replace(_HEADERS[1], "")
+            one = one.replace("typedef", "// typedef", 1) if units else one
+            units.append(re.sub(r"\bfuser_(pointwise|reduction)\b", f"k{n}_{k}", one))
+    return compile_cubin_nvcc("".join(_HEADERS) + "\n".join(units), arch="sm_90", headers=runtime_headers())
