@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from fuser import DataType, FusionDefinition
+from fuser import DataType
 from fuser.codegen import ops as cops
 from fuser.codegen.cuda import kernel_source, param_decl, statements
 from fuser.codegen.expr import expr

@@ -42,7 +42,6 @@ from .kir import (
     Assign,
     BlockAllReduce,
     Cast,
-    Comment,
     Decl,
     Element,
     AddressOf,
@@ -243,7 +242,7 @@ class ReductionLowering:
                 continue
             self._array(tv, "r")
             ptr = self.params.tensor(tv)
-            body = self._lanes_reduced([Assign(self._reg(tv, IntLit(0), v), Element(ptr, ix_off(self.ix, tv, idx)))],
+            body = self._lanes_reduced([Assign(self._reg(tv, IntLit(0), v), Element(ptr, self.ix.offset(tv, idx)))],
                                        tv, ptr, idx, load=True)
             ok = self._row_ok(_subst_v_expr(row, IntLit(0)))  # lane 0 decides for the vector
             self.body.extend([If(ok, body)] if ok is not None else body)
@@ -257,7 +256,7 @@ class ReductionLowering:
         if self.reduced_tile == 1:
             return [_subst_v(s, IntLit(0)) for s in stmts]
         if tv in self.vector_tensors:
-            off0 = _subst_v_expr(ix_off(self.ix, tv, idx), IntLit(0))
+            off0 = _subst_v_expr(self.ix.offset(tv, idx), IntLit(0))
             name = self.regs[tv]
             if load:
                 return [VecLoad(tv.dtype, self.V, Var(name), AddressOf(Element(ptr, off0)))]
@@ -316,7 +315,6 @@ class ReductionLowering:
         want: set[TensorView] = {e.inputs[0] for e in reds}
         want |= {o for o in self.fusion.outputs if isinstance(o, TensorView) and self.full(o) and self.stage[o] == k}
         producer = {o: e for e in self.exprs for o in e.outputs if isinstance(o, TensorView)}
-        need: list = []
         seen: set = set()
         stack = list(want)
         while stack:
@@ -534,15 +532,11 @@ class ReductionLowering:
             if tv not in self.regs:
                 raise NotLowerable(f"output {tv!r} is not computed")
             ptr = self.params.tensor(tv)
-            body = self._lanes_reduced([Assign(Element(ptr, ix_off(self.ix, tv, idx)), self._reg(tv, IntLit(0), v))],
+            body = self._lanes_reduced([Assign(Element(ptr, self.ix.offset(tv, idx)), self._reg(tv, IntLit(0), v))],
                                        tv, ptr, idx, load=False)
             row0 = _subst_v_expr(row, IntLit(0))
             cond = all_of([c for c in (writer, self._row_ok(row0)) if c is not None])
             self.body.append(If(cond, body))
-
-
-def ix_off(ix: TensorIndexer, tv: TensorView, idx) -> kir.Expr:
-    return ix.offset(tv, idx)
 
 
 def _subst_v_expr(e, value):
