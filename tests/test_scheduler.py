@@ -5,11 +5,11 @@ import pytest
 import torch
 
 from fuser import DataType, FusionDefinition
+from fuser.runtime.info import runtime_info
 from fuser.scheduler import (
     REGISTRY_ORDER,
     DeviceLimits,
     FusionAnalysis,
-    SchedulerRuntimeInfo,
     SchedulerType,
     can_schedule,
     propose,
@@ -25,12 +25,12 @@ def _fd(build):
 
 def _accepting(fd, inputs):
     f = fd.fusion
-    return [st.value for st, why in schedulers_for(f, SchedulerRuntimeInfo(f, inputs)).items() if why is None]
+    return [st.value for st, why in schedulers_for(f, runtime_info(f, inputs)).items() if why is None]
 
 
 def _first(fd, inputs):
     f = fd.fusion
-    return propose(FusionAnalysis(f, SchedulerRuntimeInfo(f, inputs)).whole())
+    return propose(FusionAnalysis(f, runtime_info(f, inputs)).whole())
 
 
 def _t(*shape, dtype=torch.float32):
@@ -63,7 +63,7 @@ def test_pointwise_refuses_outputs_that_span_different_axes():
         fd.add_output(fd.ops.neg(t1))  # unrelated axis: no output spans both
 
     f = _fd(build).fusion
-    why = schedulers_for(f, SchedulerRuntimeInfo(f, [_t(4, 5), _t(7)]))[SchedulerType.pointwise]
+    why = schedulers_for(f, runtime_info(f, [_t(4, 5), _t(7)]))[SchedulerType.pointwise]
     assert why == "no output spans every axis the segment iterates over"
 
 
@@ -99,7 +99,7 @@ def test_reduction_refuses_reductions_over_different_axes():
         fd.add_output(fd.ops.sum(t0, dims=[1]))
 
     f = _fd(build).fusion
-    why = schedulers_for(f, SchedulerRuntimeInfo(f, [_t(4, 8)]))
+    why = schedulers_for(f, runtime_info(f, [_t(4, 8)]))
     assert why[SchedulerType.reduction] == "reductions over different axes"
     assert why[SchedulerType.inner_outer_persistent].startswith("no persistent buffer")
 
@@ -110,7 +110,7 @@ def test_reduction_refuses_reductions_in_series():
         fd.add_output(fd.ops.sum(fd.ops.sum(t0, dims=[1]), dims=[0]))
 
     f = _fd(build).fusion
-    assert not can_schedule(f, SchedulerRuntimeInfo(f, [_t(4, 8)]), "reduction")
+    assert not can_schedule(f, runtime_info(f, [_t(4, 8)]), "reduction")
     assert schedulers_for(f, None)[SchedulerType.reduction] == "a reduction reads another reduction's result"
 
 
@@ -118,15 +118,15 @@ def test_inner_persistent_softmax_and_its_buffer_limit():
     fd = _fd(_softmax)
     assert _accepting(fd, [_t(32, 1024)]) == ["inner_persistent"]
     f = fd.fusion
-    info = SchedulerRuntimeInfo(f, [_t(32, 1 << 18)])  # a 1 MB row
+    info = runtime_info(f, [_t(32, 1 << 18)])  # a 1 MB row
     why = schedulers_for(f, info)[SchedulerType.inner_persistent]
     assert why.startswith("persistent buffers need 1048576 bytes per row")
     # the generated kernel holds rows in registers only: half the register file
     budget = int(64 * 1024 * 4 * 0.5)
     assert why.endswith(f"the {budget} bytes registers hold")
-    fits = SchedulerRuntimeInfo(f, [_t(32, budget // 4)])  # a float row of exactly that size
+    fits = runtime_info(f, [_t(32, budget // 4)])  # a float row of exactly that size
     assert schedulers_for(f, fits)[SchedulerType.inner_persistent] is None
-    over = SchedulerRuntimeInfo(f, [_t(32, budget // 4 + 1)])
+    over = runtime_info(f, [_t(32, budget // 4 + 1)])
     assert schedulers_for(f, over)[SchedulerType.inner_persistent] is not None
 
 
@@ -138,7 +138,7 @@ def test_persistent_buffer_is_projected_to_a_narrower_input():
         fd.add_output(fd.ops.div(x, s))
 
     f = _fd(build).fusion
-    sub = FusionAnalysis(f, SchedulerRuntimeInfo(f, [_t(8, 1000, dtype=torch.bfloat16)])).whole()
+    sub = FusionAnalysis(f, runtime_info(f, [_t(8, 1000, dtype=torch.bfloat16)])).whole()
     assert sub.persistent_buffer_bytes() == 2000
 
 
@@ -174,7 +174,7 @@ def test_transpose_needs_different_innermost_axes_and_big_enough_tiles():
     assert _accepting(fd, [big])[:1] == ["transpose"]
     small = torch.empty(64, 8, device="meta").t().contiguous().t()
     f = fd.fusion
-    why = schedulers_for(f, SchedulerRuntimeInfo(f, [small]))[SchedulerType.transpose]
+    why = schedulers_for(f, runtime_info(f, [small]))[SchedulerType.transpose]
     assert why == "a transposed innermost axis has 8 < 32 elements"
     assert _first(fd, [small]) == "pointwise"
 
@@ -206,7 +206,7 @@ def test_expr_eval_takes_matmul_but_not_its_epilogue():
 
     f = _fd(mm_relu).fusion
     assert schedulers_for(f, None)[SchedulerType.expr_eval] == "holds pointwise work a kernel should do"
-    from fuser.segment import segment
+    from fuser.frontend.segmentation import segment
 
     seg = segment(f, [torch.randn(4, 8), torch.randn(8, 3)])
     assert [g.scheduler for g in seg.groups] == ["expr_eval", "pointwise"]
@@ -232,7 +232,7 @@ def test_runtime_info_facts():
     fd = _fd(_softmax)
     f = fd.fusion
     x = torch.randn(6, 10)
-    info = SchedulerRuntimeInfo(f, [x])
+    info = runtime_info(f, [x])
     assert info.device_limits == DeviceLimits.h100()
     assert (info.device_limits.sm_count, info.device_limits.smem_per_sm, info.device_limits.registers_per_sm) == (132, 228 * 1024, 65536)
     assert info.sizes[f.inputs[0]] == (6, 10) and info.strides[f.inputs[0]] == (10, 1)
@@ -240,12 +240,12 @@ def test_runtime_info_facts():
     assert info.index_type == "int32"
     out = f.outputs[0]
     assert info.shape(out) == (6, 10) and info.stored_bytes(out) == 240
-    assert SchedulerRuntimeInfo(f, [_t(1 << 16, 1 << 16)]).index_type == "int64"
+    assert runtime_info(f, [_t(1 << 16, 1 << 16)]).index_type == "int64"
 
 
 def test_runtime_info_must_match_the_fusion():
     f1, f2 = _fd(_softmax).fusion, _fd(_softmax.__wrapped__ if hasattr(_softmax, "__wrapped__") else _softmax).fusion
-    info = SchedulerRuntimeInfo(f1, [_t(2, 2)])
+    info = runtime_info(f1, [_t(2, 2)])
     if f2 is not f1:  # the structural cache may hand back the same fusion
         with pytest.raises(ValueError, match="another fusion"):
             can_schedule(f2, info, "pointwise")

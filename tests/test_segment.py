@@ -12,7 +12,8 @@ from fuser.examples.rmsnorm_backward import make_inputs, rmsnorm_backward
 from fuser.ir import FullOp, LoadStoreOp, ReductionOp
 from fuser.runtime.reference import run_reference
 from fuser.runtime.tolerance import assert_close
-from fuser.segment import SegmentedFusion, segment
+from fuser.frontend.segmentation import segment
+from fuser.segment import SegmentedFusion
 from fuser.segment.forwarding import forwarded_exprs
 
 

@@ -36,10 +36,11 @@ from fuser import DataType, FusionDefinition
 from fuser.ir import TensorView
 from fuser.runtime.binding import bind_inputs
 from fuser.runtime.reference import ReferenceExecutor, run_reference
-from fuser.scheduler import SchedulerRuntimeInfo
 from fuser.scheduler.analysis import SCALAR, expr_kind, is_segmenter_set
 from fuser.scheduler.types import REGISTRY_ORDER, SchedulerType
-from fuser.segment import segment, segment_fusion
+from fuser.frontend.segmentation import segment
+from fuser.runtime.info import runtime_info
+from fuser.segment import segment_fusion
 from fuser.segment.forwarding import forwarded_exprs
 
 from fusion_gen import HUGE, FusionCase, fusions
@@ -269,7 +270,7 @@ def check_case(case: FusionCase) -> None:
     try:
         check_segment_sets(seg)
     except AssertionError:
-        plain = segment_fusion(fusion, SchedulerRuntimeInfo(fusion, inputs), rematerialize=False)
+        plain = segment_fusion(fusion, runtime_info(fusion, inputs), rematerialize=False)
         check_segment_sets(plain)  # not only remat's doing: a new bug
         if not TOLERATE_REMAT_SEGMENT_SET_BUG:
             raise
@@ -280,7 +281,7 @@ def check_case(case: FusionCase) -> None:
     assert [[id(e) for e in g.exprs] for g in again.groups] == [[id(e) for e in g.exprs] for g in seg.groups]
 
     # without remat, and without forwarding too
-    info = SchedulerRuntimeInfo(fusion, inputs)
+    info = runtime_info(fusion, inputs)
     no_remat = segment_fusion(fusion, info, rematerialize=False)
     check_structure(no_remat, custom=False, remat=False)
     check_segment_sets(no_remat)
@@ -426,7 +427,7 @@ def test_segment_set_beside_a_pointwise_consumer_without_remat():
     # The boundary holds when remat is off: [mul, add] | [segment_set, sub], `a` passed.
     fd = _define(_segment_set_beside_a_pointwise_consumer)
     inputs = [torch.randn(8)]
-    seg = segment_fusion(fd.fusion, SchedulerRuntimeInfo(fd.fusion, inputs), rematerialize=False)
+    seg = segment_fusion(fd.fusion, runtime_info(fd.fusion, inputs), rematerialize=False)
     check_structure(seg, custom=False, remat=False)
     check_segment_sets(seg)
     assert len(seg.groups) == 2

@@ -85,7 +85,7 @@ class Segmentation:
     timeout = 300
 
     def setup(self, iterations):
-        from fuser.segment import segment
+        from fuser.frontend.segmentation import segment
 
         with FusionDefinition(max_length=100000) as fd:
             pointwise_chain(fd, iterations)
@@ -94,7 +94,7 @@ class Segmentation:
         segment(fd, self.inputs)  # warm the per-fusion input binding plan
 
     def time_segment_pointwise_chain(self, iterations):
-        from fuser.segment import segment
+        from fuser.frontend.segmentation import segment
 
         segment(self.fd, self.inputs)
 
@@ -103,14 +103,14 @@ class SegmentSeed001:
     """Seed 001 (RMSNorm backward): segmentation time and what crosses the boundary."""
 
     def setup(self):
-        from fuser.segment import segment
+        from fuser.frontend.segmentation import segment
 
         self.fd = _define(rmsnorm_backward)
         self.inputs = _seed001_meta_inputs()
         self.seg = segment(self.fd, self.inputs)
 
     def time_segment_rmsnorm_backward(self):
-        from fuser.segment import segment
+        from fuser.frontend.segmentation import segment
 
         segment(self.fd, self.inputs)
 

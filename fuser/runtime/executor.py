@@ -12,6 +12,7 @@ from typing import Any, Sequence
 import torch
 
 from .binding import Binding, bind_inputs
+from .info import runtime_info
 
 #: input signatures remembered per fusion before the oldest is forgotten
 MAX_SIGNATURES = 64
@@ -40,7 +41,6 @@ def segmented_runner(entry: Any, inputs: Sequence[Any], device: Any = None, bind
     key = signature(inputs, device)
     runner = entry.executors.get(key)
     if runner is None:
-        from fuser.scheduler import SchedulerRuntimeInfo
         from fuser.segment import segment_fusion
 
         from .segmented import SegmentedRunner
@@ -48,7 +48,7 @@ def segmented_runner(entry: Any, inputs: Sequence[Any], device: Any = None, bind
         fusion = entry.fusion
         if binding is None:
             binding = bind_inputs(fusion, inputs, device=torch.device(device) if device is not None else None)
-        seg = segment_fusion(fusion, SchedulerRuntimeInfo(fusion, binding.tensors, binding=binding))
+        seg = segment_fusion(fusion, runtime_info(fusion, binding.tensors, binding=binding))
         runner = SegmentedRunner(seg, binding)
         if len(entry.executors) >= MAX_SIGNATURES:
             entry.executors.pop(next(iter(entry.executors)))

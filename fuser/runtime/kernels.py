@@ -20,6 +20,8 @@ from fuser.scheduler import FusionAnalysis, SchedulerRuntimeInfo, SchedulerType
 from fuser.scheduler import pointwise as pw
 from fuser.scheduler.vectorize import stride_alignment, vectorizable
 
+from .info import runtime_info
+
 #: loaded kernels by (source, arch, device): new sizes whose heuristics come out equal
 #: generate the same source, so they reuse the loaded module instead of compiling
 _loaded: dict[tuple, Any] = {}
@@ -201,7 +203,7 @@ def prepare_pointwise(fusion: Fusion, args: Sequence[Any], device: torch.device 
     arguments'). Raises NotLowerable when the segment needs code this generator does not
     write yet."""
     fusion, _ = fusion.clone()  # scheduling transforms the copy; the segment stays as defined
-    info = SchedulerRuntimeInfo(fusion, args, device=device)
+    info = runtime_info(fusion, args, device=device)
     sub = FusionAnalysis(fusion, info).whole()
     try:
         ref = pw.reference_tensor(sub)
@@ -246,7 +248,7 @@ def prepare_reduction(fusion: Fusion, args: Sequence[Any], device: torch.device 
     from fuser.scheduler import reduction as red
 
     fusion, _ = fusion.clone()
-    info = SchedulerRuntimeInfo(fusion, args, device=device)
+    info = runtime_info(fusion, args, device=device)
     sub = FusionAnalysis(fusion, info).whole()
     reds = sub.reductions()
     if not reds:

@@ -3,13 +3,14 @@ type, and the device's limits."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
 from fuser.ir import Fusion, IterDomain, Scalar, TensorView
-from fuser.runtime.binding import Binding, bind_inputs
-from fuser.runtime.reference import ReferenceExecutor
+
+if TYPE_CHECKING:
+    from fuser.runtime.binding import Binding
 
 
 @dataclass(frozen=True)
@@ -65,24 +66,24 @@ class SchedulerRuntimeInfo:
     """One call's facts about a fusion's tensors, computed once and shared by every
     scheduler the segmenter asks about this fusion and its sub-fusions.
 
-    `inputs` are the call's arguments (torch tensors or numbers; meta tensors work: only
-    sizes, strides, dtypes and devices are read, plus data pointers for alignment when
-    the tensors have storage).
+    Made by the runtime (`fuser.runtime.info.runtime_info`), which binds the call's inputs
+    (`binding`: tensors, extents, device) and evaluates extents (`evaluate`); meta tensors
+    work: only sizes, strides, dtypes and devices are read, plus data pointers for
+    alignment when the tensors have storage.
     """
 
-    def __init__(self, fusion: Fusion, inputs: Sequence[Any], *, binding: Binding | None = None,
-                 device_limits: DeviceLimits | None = None, device: torch.device | None = None) -> None:
+    def __init__(self, fusion: Fusion, binding: "Binding", evaluate: Callable[[Scalar], Any], *,
+                 device_limits: DeviceLimits | None = None) -> None:
         self.fusion = fusion
-        self.binding = binding if binding is not None else bind_inputs(fusion, inputs, device=device)
-        self.device = self.binding.device
+        self.binding = binding
+        self.device = binding.device
         self.device_limits = device_limits if device_limits is not None else DeviceLimits.of(self.device)
-        self._eval = ReferenceExecutor(fusion, self.device)
-        self._eval.bind(self.binding)
+        self._evaluate = evaluate
         self._extent_cache: dict[Scalar, int] = {}
         self.sizes: dict[TensorView, tuple[int, ...]] = {}
         self.strides: dict[TensorView, tuple[int, ...]] = {}
         self.alignment: dict[TensorView, int] = {}
-        for tv, x in zip(fusion.inputs, self.binding.tensors):
+        for tv, x in zip(fusion.inputs, binding.tensors):
             if isinstance(tv, TensorView) and isinstance(x, torch.Tensor):
                 self.sizes[tv] = tuple(x.shape)
                 self.strides[tv] = tuple(x.stride())
@@ -94,7 +95,7 @@ class SchedulerRuntimeInfo:
         """The value of an integer scalar of the fusion (an extent) for this call."""
         got = self._extent_cache.get(s)
         if got is None:
-            got = self._extent_cache[s] = int(self._eval.value(s))
+            got = self._extent_cache[s] = int(self._evaluate(s))
         return got
 
     def extent(self, id_: IterDomain) -> int:
