@@ -5,22 +5,12 @@ It reports the nvFuser frontend version it implements (`version()`); fuser keeps
 own `fuser.__version__`. Submodules (`nvfuser._C`, `nvfuser.nvfuser_version`,
 `nvfuser.pytorch_utils`) import under either name and are the same objects.
 """
-from fuser import (  # noqa: F401 - re-exported as nvfuser's names
-    DataType,
-    FusionCache,
-    FusionDefinition,
-    Scalar,
-    Tensor,
-    Vector,
-    clone,
-    compute_contiguity,
-    compute_tensor_descriptor,
-    pytorch_utils,
-)
+from fuser import pytorch_utils  # noqa: F401 - nvFuser's submodule
 from fuser.compat.version import NVFUSER_VERSION as __version__
 
 from . import _C, nvfuser_version  # noqa: F401 - nvFuser's submodules
-from ._C import FusionProfile, KernelProfile, serialize  # noqa: F401
+from ._C import *  # noqa: F401,F403 - nvFuser re-exports its extension's names
+from ._C import __all__ as _C_names
 
 
 def version() -> "nvfuser_version.Version":
@@ -37,19 +27,10 @@ def disable_automatic_serialization() -> None:
 
 
 __all__ = [
-    "DataType",
-    "FusionCache",
-    "FusionDefinition",
-    "Scalar",
-    "Tensor",
-    "Vector",
-    "clone",
-    "compute_contiguity",
-    "compute_tensor_descriptor",
+    *_C_names,
     "version",
     "pytorch_utils",
     "nvfuser_version",
-    "serialize",
     "enable_automatic_serialization",
     "disable_automatic_serialization",
 ]
