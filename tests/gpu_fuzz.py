@@ -1444,18 +1444,27 @@ def _fmt_index(flat: int, shape: Sequence[int]) -> tuple[int, ...]:
     return tuple(reversed(idx))
 
 
-def compare_output(k: int, name: str, got: Any, want: torch.Tensor, truth: torch.Tensor,
-                   noise: list[torch.Tensor]) -> str | None:
-    """None if fuser's output `got` matches; else what is wrong."""
-    from fuser.runtime.tolerance import tolerances
-
-    what = f"output {k} ({name})"
+def _wrong_kind(what: str, got: Any, want: torch.Tensor) -> str | None:
+    """What is wrong with `got` before its values are looked at: not a tensor, or another
+    dtype or shape than torch's."""
     if not isinstance(got, torch.Tensor):
         return f"{what}: fuser returned {type(got).__name__}, torch a tensor"
     if got.dtype != want.dtype:
         return f"{what}: dtype {got.dtype}, torch gives {want.dtype}"
     if tuple(got.shape) != tuple(want.shape):
         return f"{what}: shape {tuple(got.shape)}, torch gives {tuple(want.shape)}"
+    return None
+
+
+def compare_output(k: int, name: str, got: Any, want: torch.Tensor, truth: torch.Tensor,
+                   noise: list[torch.Tensor]) -> str | None:
+    """None if fuser's output `got` matches; else what is wrong."""
+    from fuser.runtime.tolerance import tolerances
+
+    what = f"output {k} ({name})"
+    wrong = _wrong_kind(what, got, want)
+    if wrong:
+        return wrong
     g = got.detach().cpu()
     t = truth.detach().cpu()
     if not g.dtype.is_floating_point:
@@ -1491,12 +1500,9 @@ def compare_output(k: int, name: str, got: Any, want: torch.Tensor, truth: torch
 
 def check_rng(k: int, name: str, got: Any, again: Any, want: torch.Tensor, check: RngCheck) -> str | None:
     what = f"output {k} ({name}, {check.kind} random)"
-    if not isinstance(got, torch.Tensor):
-        return f"{what}: fuser returned {type(got).__name__}"
-    if got.dtype != want.dtype:
-        return f"{what}: dtype {got.dtype}, torch gives {want.dtype}"
-    if tuple(got.shape) != tuple(want.shape):
-        return f"{what}: shape {tuple(got.shape)}, torch gives {tuple(want.shape)}"
+    wrong = _wrong_kind(what, got, want)
+    if wrong:
+        return wrong
     if not torch.equal(got, again):
         return f"{what}: two executes with the same rng_seed/rng_offset differ"
     x = got.detach().cpu().double().reshape(-1)
