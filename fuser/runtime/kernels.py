@@ -209,20 +209,25 @@ def prepare_pointwise(fusion: Fusion, args: Sequence[Any], device: torch.device 
         ref = pw.reference_tensor(sub)
     except ValueError as err:
         raise NotLowerable(str(err)) from None
-    by_tv = {tv: x for tv, x in zip(fusion.inputs, args) if isinstance(tv, TensorView)}
     concrete = [i for i in ref.logical_no_reductions() if not i.is_broadcast]
     vec = vectorizable(sub, concrete[-1]) if concrete else []
     total = info.numel(ref)
     params = pw.heuristics(sub, vec, pw.inner_extent(info, ref), total, ref, max_vector=stride_alignment(sub, vec))
     pw.schedule(fusion, ref, params, sub)
     kernel = lower_pointwise(fusion, ref, params.vectorize, frozenset(tv.name for tv in vec), params.index_type, sub)
-    source = kernel_source(kernel)
-    dump("cuda_kernel", source)
     bx = info.evaluate(kernel.grid_extent) if kernel.grid_extent is not None else 1
     by = info.evaluate(kernel.grid_extent_y) if kernel.grid_extent_y is not None else 1
-    _check_covers(info, fusion, args, (int(bx), int(by)))
-    k = GeneratedKernel(fusion, kernel, source, params, info, (int(bx), int(by)), (kernel.threads, 1))
-    k.bind_fixed(by_tv)
+    return _launch_plan(fusion, kernel, params, info, args, (int(bx), int(by)), (kernel.threads, 1))
+
+
+def _launch_plan(fusion: Fusion, kernel: Kernel, params: Any, info: SchedulerRuntimeInfo, args: Sequence[Any],
+                 grid: tuple[int, int], block: tuple[int, int]) -> GeneratedKernel:
+    """The CUDA of a lowered kernel and its launch plan for the call `args` describes."""
+    source = kernel_source(kernel)
+    dump("cuda_kernel", source)
+    _check_covers(info, fusion, args, grid)
+    k = GeneratedKernel(fusion, kernel, source, params, info, grid, block)
+    k.bind_fixed({tv: x for tv, x in zip(fusion.inputs, args) if isinstance(tv, TensorView)})
     return k
 
 
@@ -270,17 +275,11 @@ def prepare_reduction(fusion: Fusion, args: Sequence[Any], device: torch.device 
     except ValueError as err:
         raise NotLowerable(str(err)) from None
     red.schedule(fusion, geo)
-    by_tv = {tv: x for tv, x in zip(fusion.inputs, args) if isinstance(tv, TensorView)}
     kernel = lower_reduction(fusion, geo.ref, params, frozenset(vec) if width > 1 else frozenset(), sub,
                              reds[0].red_classes)
-    source = kernel_source(kernel)
-    dump("cuda_kernel", source)
     per_block = params.bdy if params.inner else params.bdx * params.vectorize
     grid = (-(-geo.n_iter // per_block), params.grid_y)
-    _check_covers(info, fusion, args, grid)
-    k = GeneratedKernel(fusion, kernel, source, params, info, grid, (params.bdx, params.bdy))
-    k.bind_fixed(by_tv)
-    return k
+    return _launch_plan(fusion, kernel, params, info, args, grid, (params.bdx, params.bdy))
 
 
 #: the schedulers whose segments become generated kernels, and how each is prepared
