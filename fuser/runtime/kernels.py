@@ -227,6 +227,7 @@ def _launch_plan(fusion: Fusion, kernel: Kernel, params: Any, info: SchedulerRun
     dump("cuda_kernel", source)
     _check_covers(info, fusion, args, grid)
     k = GeneratedKernel(fusion, kernel, source, params, info, grid, block)
+    k.check_devices(args)
     k.bind_fixed({tv: x for tv, x in zip(fusion.inputs, args) if isinstance(tv, TensorView)})
     return k
 

@@ -88,8 +88,6 @@ class SegmentedRunner:
                     r.kernel = prepare_kernel(r.group.scheduler, r.fusion, args, device)
                 except NotLowerable:
                     r.kernel = False
-                else:
-                    r.kernel.check_devices(args)
             obs = self.observer
             token = obs.start(k) if obs is not None else None
             if r.kernel:
