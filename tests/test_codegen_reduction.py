@@ -120,6 +120,49 @@ def test_softmax_is_one_persistent_kernel():
     assert "for (nvfuser_index_t s = 0" not in src  # the row is held: no serial loop
 
 
+def test_softmax_keeps_its_exponentials_across_the_sum():
+    # exp runs once per element: the epilogue reads the kept values instead of recomputing
+    src, _ = _code(_softmax, [_meta((16384, 4096), torch.bfloat16)])
+    assert src.count("fuser::exp(") == 1
+
+
+def test_persistent_passes_recompute_from_the_loaded_row():
+    # after each block reduction the bf16 row's registers are laundered, so the next pass
+    # converts them again instead of keeping floats live; the weight is not laundered
+    src, _ = _code(_rms_norm, [_meta((16384, 4096), torch.bfloat16), _meta((4096,), torch.bfloat16)])
+    assert src.count("fuser::launder(r0);") == 1 and "fuser::launder(r1)" not in src
+    src, _ = _code(_layer_norm, [_meta((16384, 4096), torch.float16)])
+    # the variance's second pass and the epilogue each start from the loaded row
+    assert src.count("fuser::launder(r0);") == 2
+    assert src.count("fuser::half_to_float(r0[") == 3
+
+
+def test_persistent_block_reductions_alternate_scratch_without_a_trailing_barrier():
+    src, _ = _code(_softmax, [_meta((16384, 4096), torch.bfloat16)])
+    calls = [line for line in src.splitlines() if "block_allreduce_x" in line]
+    assert len(calls) == 2 and all("block_allreduce_x<false>" in c for c in calls)
+    assert calls[0].rstrip().endswith("smem_Float);") and calls[1].rstrip().endswith("smem_Float_b);")
+    # a (non-persistent) reduction kernel keeps the barrier that frees its scratch
+    src, _ = _code(_sum([1]), [_meta((16384, 4096))])
+    assert "block_allreduce_x(" in src and "<false>" not in src
+
+
+@pytest.mark.parametrize("cols,threads,per_thread", [(4096, 256, 16), (8192, 512, 16), (16384, 512, 32),
+                                                     (32768, 1024, 32)])
+def test_long_rows_hold_more_elements_per_thread_before_1024_threads(cols, threads, per_thread):
+    src, _ = _code(_softmax, [_meta((64, cols), torch.bfloat16)])
+    assert f"__launch_bounds__({threads})" in src and f"__bfloat r0[{per_thread}];" in src
+
+
+def test_code_for_a_fusion_of_several_segments_from_cpu_inputs():
+    # a row too long to hold is split into segments; the intermediates between them are
+    # meta tensors beside the CPU inputs, which binding takes as shapes only
+    with FusionDefinition() as fd:
+        _softmax(fd)
+    x = torch.randn(4, 1 << 17, dtype=torch.bfloat16)
+    assert fd.cuda_code_for([x]).count("__global__") >= 2
+
+
 def _case_sources():
     """(name, CUDA) of every reduction-case kernel, generated from meta copies of its inputs."""
     from reduction_cases import CASES as RCASES

@@ -14,6 +14,7 @@ from fuser.lower.kir import (
     Param,
     Stmt,
     Sync,
+    Launder,
     VecLoad,
     VecStore,
     WelfordMerge,
@@ -86,6 +87,8 @@ def statements(stmts: list[Stmt], out: list[str], depth: int) -> None:
             out.append(f"{pad}fuser::store_vec<{ctype(s.dtype)}, {s.n}>({expr(s.dst)}, {expr(s.src)});")
         elif isinstance(s, Comment):
             out.append(f"{pad}// {s.text}")
+        elif isinstance(s, Launder):
+            out.append(f"{pad}fuser::launder({expr(s.var)});")
         elif isinstance(s, Sync):
             out.append(f"{pad}__syncthreads();")
         elif type(s) in _CALLS:

@@ -31,7 +31,9 @@ def welford_merge(s: WelfordMerge) -> list[str]:
 
 def block_allreduce(s: BlockAllReduce) -> list[str]:
     which = {ParallelType.TIDx: "x", ParallelType.TIDy: "y"}[s.over]
-    return [f"{expr(s.out)} = fuser::block_allreduce_{which}({expr(s.value)}, {combine(s.op, s.dtype)}, {expr(s.smem)});"]
+    free = "" if s.free_after else "<false>"
+    return [f"{expr(s.out)} = fuser::block_allreduce_{which}{free}({expr(s.value)}, {combine(s.op, s.dtype)}, "
+            f"{expr(s.smem)});"]
 
 
 def grid_reduce(s: GridReduce) -> list[str]:

@@ -310,6 +310,15 @@ class Sync:
 
 
 @dataclass
+class Launder:
+    """Makes the compiler forget what register array `var` holds (no instruction): values it
+    derived from the array before are recomputed after, not kept live in more registers.
+    Prints `fuser::launder(var);`."""
+
+    var: Var
+
+
+@dataclass
 class WelfordMerge:
     """Merge `count` values of mean `mean` and sum of squared deviations `m2` (all of
     `dtype`, a thread's tile) into its Welford accumulator `acc` (a Decl with
@@ -335,6 +344,10 @@ class BlockAllReduce:
     dtype: DataType
     smem: Expr
     over: ParallelType = ParallelType.TIDx
+    #: end with a barrier so `smem` is free for the next user; False where the next block
+    #: reduction uses another buffer (its own barrier then orders this one's reads before
+    #: any later write here)
+    free_after: bool = True
 
 
 @dataclass

@@ -240,8 +240,12 @@ class BindingPlan:
     def _device(self, values: list[object], want: torch.device | str | None) -> torch.device:
         found: torch.device | None = None
         first: _TensorInput | None = None
+        meta = False
         for spec in self.tensor_specs:
             d = values[spec.index].device
+            if d.type == "meta" and not spec.is_cpu_scalar:
+                meta = True  # shapes only (code generation without running): any device
+                continue
             if spec.is_cpu_scalar:
                 if d.type != "cpu":
                     raise InputError(
@@ -262,6 +266,8 @@ class BindingPlan:
                 return torch.device("cuda", torch.cuda.current_device()) if want == torch.device("cuda") else want
             if found.type != want.type or (want.index is not None and found.index != want.index):
                 raise InputError(f"{first.label} is on {found}, but device {want} was requested")
+        if found is None and meta:
+            return torch.device("meta")
         if found is None:
             # no tensor says where: nvFuser runs on the current CUDA device when there is one
             return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")

@@ -90,16 +90,23 @@ from .reduction import BLOCK_THREADS, ReductionGeometry, ReductionParams, _pow2_
 #: and softmax; 64 keeps rows of up to 64K elements in 1024 threads
 PERSISTENT_ELEMENTS = 16
 MAX_PERSISTENT_ELEMENTS = 64
+#: threads per row beyond which a thread holds more elements instead: rows of 16384 ran at
+#: 75-93% of copy bandwidth with 512 threads of 32 elements, 34-86% with 1024 of 16 (H100,
+#: RMSNorm / LayerNorm / softmax, bf16 and fp32): 1024-thread blocks wait long at barriers
+#: and only two fit on an SM
+PREFERRED_MAX_BDX = 512
 
 
 def inner_persistent_heuristics(sub: SubFusion, geo: ReductionGeometry, vectorize: int) -> ReductionParams:
-    """Threads per row (a power of two, up to 1024) so that each holds about
-    PERSISTENT_ELEMENTS of the row in registers; rows per block to make blocks of
-    BLOCK_THREADS threads."""
+    """Threads per row (a power of two, up to PREFERRED_MAX_BDX, 1024 where a row needs
+    them) so that each holds about PERSISTENT_ELEMENTS of the row in registers, then more
+    elements per thread; rows per block to make blocks of BLOCK_THREADS threads."""
     info = sub.a.info
     vecs = -(-geo.n_red // vectorize)
     bdx = min(32, _pow2_ceil(vecs))
-    while -(-vecs // bdx) * vectorize > PERSISTENT_ELEMENTS and bdx < 1024:
+    while -(-vecs // bdx) * vectorize > PERSISTENT_ELEMENTS and bdx < PREFERRED_MAX_BDX:
+        bdx *= 2
+    while -(-vecs // bdx) * vectorize > MAX_PERSISTENT_ELEMENTS // 2 and bdx < 1024:
         bdx *= 2
     batch = max(1, -(-vecs // bdx))
     if batch * vectorize > MAX_PERSISTENT_ELEMENTS:

@@ -66,6 +66,26 @@ struct WelfordOp {
   }
 };
 
+// --- register arrays ---------------------------------------------------------------------------
+
+// An empty asm that may change every word of `a`: the compiler must assume new contents, so
+// it recomputes what it derived from `a` earlier (a bf16 row converted to float, say) instead
+// of keeping those values live across a reduction. Costs no instruction.
+template <typename T, int N>
+FUSER_DEVICE void launder(T (&a)[N]) {
+  if constexpr (sizeof(T) == 8) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) asm volatile("" : "+l"(*reinterpret_cast<unsigned long long*>(&a[i])));
+  } else if constexpr (sizeof(a) % 4 == 0 && sizeof(T) <= 4) {
+    unsigned int* w = reinterpret_cast<unsigned int*>(a);
+#pragma unroll
+    for (int i = 0; i < static_cast<int>(sizeof(a) / 4); ++i) asm volatile("" : "+r"(w[i]));
+  } else if constexpr (sizeof(T) == 2) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) asm volatile("" : "+h"(*reinterpret_cast<unsigned short*>(&a[i])));
+  }
+}
+
 // --- warp shuffles of any value ---------------------------------------------------------------
 
 template <typename T>
@@ -100,8 +120,10 @@ FUSER_DEVICE T warp_allreduce(T v, Op op, int width) {
 // --- block reductions ------------------------------------------------------------------------
 
 // Allreduce over the threads of each row (same threadIdx.y). `smem` holds at least
-// blockDim.y * max(1, blockDim.x / 32) values; it is free again when this returns.
-template <typename T, typename Op>
+// blockDim.y * max(1, blockDim.x / 32) values; it is free again when this returns, unless
+// `Free` is false: then the caller alternates buffers, so that the next block reduction's
+// barrier orders this one's reads before any later write to `smem`.
+template <bool Free = true, typename T, typename Op>
 FUSER_DEVICE T block_allreduce_x(T v, Op op, T* smem) {
   const int bdx = blockDim.x;
   if (bdx == 1) return v;
@@ -115,13 +137,13 @@ FUSER_DEVICE T block_allreduce_x(T v, Op op, T* smem) {
   __syncthreads();
   T r = row[0];
   for (int k = 1; k < warps; ++k) r = op(r, row[k]);
-  __syncthreads();  // smem may be reused as soon as everyone has read it
+  if (Free) __syncthreads();  // smem may be reused as soon as everyone has read it
   return r;
 }
 
 // Allreduce over the threads of each column (same threadIdx.x). `smem` holds at least
 // blockDim.x * blockDim.y values.
-template <typename T, typename Op>
+template <bool Free = true, typename T, typename Op>
 FUSER_DEVICE T block_allreduce_y(T v, Op op, T* smem) {
   const int bdy = blockDim.y;
   if (bdy == 1) return v;
@@ -134,7 +156,7 @@ FUSER_DEVICE T block_allreduce_y(T v, Op op, T* smem) {
     __syncthreads();
   }
   T r = smem[tx];
-  __syncthreads();
+  if (Free) __syncthreads();
   return r;
 }
 
