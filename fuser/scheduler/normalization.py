@@ -83,6 +83,8 @@ def inner_outer_reason(sub: SubFusion) -> str | None:
 
 # --- heuristics ---------------------------------------------------------------------------------
 
+from fuser.ir import TensorView  # noqa: E402
+
 from .reduction import BLOCK_THREADS, ReductionGeometry, ReductionParams, _pow2_ceil  # noqa: E402
 
 #: elements of a row each thread holds, as aimed for and at most: on an H100, 16 per
@@ -95,6 +97,10 @@ MAX_PERSISTENT_ELEMENTS = 64
 #: RMSNorm / LayerNorm / softmax, bf16 and fp32): 1024-thread blocks wait long at barriers
 #: and only two fit on an SM
 PREFERRED_MAX_BDX = 512
+#: bytes of held inputs per thread past which a row takes more threads (up to 1024): at
+#: 384 (LayerNorm fp32, row 16384, 512 threads) the kernel needed 122 registers and ran at
+#: 73% of copy, against 86% with 1024 threads holding 192
+MAX_HELD_BYTES = 192
 
 
 def inner_persistent_heuristics(sub: SubFusion, geo: ReductionGeometry, vectorize: int) -> ReductionParams:
@@ -105,6 +111,12 @@ def inner_persistent_heuristics(sub: SubFusion, geo: ReductionGeometry, vectoriz
     vecs = -(-geo.n_red // vectorize)
     bdx = min(32, _pow2_ceil(vecs))
     while -(-vecs // bdx) * vectorize > PERSISTENT_ELEMENTS and bdx < PREFERRED_MAX_BDX:
+        bdx *= 2
+    # the kernel holds its tile of every input that spans the reduced axes (rows, weights)
+    red = sub.reductions()[0].red_classes
+    held = sum(tv.dtype.itemsize for tv in sub.inputs
+               if isinstance(tv, TensorView) and tv.is_fusion_input and set(sub.classes_of(tv)) & red)
+    while -(-vecs // bdx) * vectorize * held > MAX_HELD_BYTES and bdx < 1024:
         bdx *= 2
     while -(-vecs // bdx) * vectorize > MAX_PERSISTENT_ELEMENTS // 2 and bdx < 1024:
         bdx *= 2
