@@ -256,10 +256,6 @@ class ReductionLowering:
         return Kernel(self.name, self.params.params, self.body, p.index_type, threads=p.bdx, threads_y=p.bdy,
                       includes=("fuser_reduction.cuh",))
 
-    def _row_dependent(self, tv: TensorView) -> bool:
-        find, id_of = self.sub.uf.find, self.sub.a.id_of
-        return any(find(id_of(i)) not in self._red_classes for i in tv.logical_no_reductions() if not i.is_broadcast)
-
     def _launder_rows(self) -> list:
         """Launder the registers of the loaded inputs (rows and weights): a persistent
         kernel's later passes recompute what they need from the compact loaded values,
