@@ -125,6 +125,12 @@ def _clog(n: int) -> float:
 # --- case --------------------------------------------------------------------------------------------
 
 
+def reduced_axes(x: "Var", dims: list[int], keepdim: bool) -> tuple:
+    """The axes of a reduction of `x` over `dims`: reduced ones dropped, or kept as
+    broadcast axes with keepdim."""
+    return tuple((k, "b") if p in dims else x.axes[p] for p, (k, _) in enumerate(x.axes) if keepdim or p not in dims)
+
+
 @dataclass
 class TwinLine:
     text: str
@@ -857,7 +863,7 @@ class _Gen:
         keepdim = rng.random() < 0.4
         rank = len(x.axes)
         dims_src = [p - rank if rng.random() < 0.3 else p for p in dims]
-        axes = tuple((k, "b") if p in dims else x.axes[p] for p, (k, _) in enumerate(x.axes) if keepdim or p not in dims)
+        axes = reduced_axes(x, dims, keepdim)
         sq = frozenset(p for p, (k, kind) in enumerate(axes) if kind == "b") if keepdim else frozenset()
         dtype_arg = ""
         tw_dtype = ""
@@ -945,19 +951,23 @@ class _Gen:
             x = self.as_float(x)
         return x
 
+    def float_reduction_operand(self) -> tuple[Var, list[int]] | None:
+        """A floating input and a nonempty set of its dims to reduce, or None."""
+        x = self.float_input()
+        dims = self.reduce_dims(x, nonempty=True) if x is not None else None
+        return None if dims is None else (x, dims)
+
     def op_var_mean(self) -> None:
         rng = self.rng
-        x = self.float_input()
-        if x is None:
+        got = self.float_reduction_operand()
+        if got is None:
             return
-        dims = self.reduce_dims(x, nonempty=True)
-        if dims is None:
-            return
+        x, dims = got
         shape = self.shape(x.axes)
         n = math.prod(shape[p] for p in dims)
         correction = rng.choice((0, 1))
         keepdim = rng.random() < 0.5
-        axes = tuple((k, "b") if p in dims else x.axes[p] for p, (k, _) in enumerate(x.axes) if keepdim or p not in dims)
+        axes = reduced_axes(x, dims, keepdim)
         sq = frozenset(p for p, (k, kind) in enumerate(axes) if kind == "b") if keepdim else frozenset()
         vn, mn = self.name(), self.name()
         fd = f"{vn}, {mn} = fd.ops.var_mean({x.name}, dims={dims}, correction={correction}, keepdim={keepdim})"
@@ -988,15 +998,13 @@ class _Gen:
                       self.merged(d.axes, rs.axes), exact=False, bound=d.bound / math.sqrt(1e-5))
 
     def op_softmax(self) -> None:
-        x = self.float_input()
-        if x is None:
+        got = self.float_reduction_operand()
+        if got is None:
             return
-        dims = self.reduce_dims(x, nonempty=True)
-        if dims is None:
-            return
+        x, dims = got
         keepdim = self.rng.random() < 0.6
         rank = len(x.axes)
-        axes = tuple((k, "b") if p in dims else x.axes[p] for p, (k, _) in enumerate(x.axes) if keepdim or p not in dims)
+        axes = reduced_axes(x, dims, keepdim)
         n = math.prod(self.shape(x.axes)[p] for p in dims)
         self._reduce_tags(x, dims)
         self.tags.add("softmax")
