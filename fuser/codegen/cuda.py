@@ -5,16 +5,19 @@ from fuser.ir.domain import MemoryType
 from fuser.lower.kir import (
     Assign,
     BlockAllReduce,
+    ColumnPartials,
     Comment,
     Decl,
     For,
     GridReduce,
+    GridSync,
     If,
     Kernel,
     Param,
     Stmt,
     Sync,
     Launder,
+    TileReduceY,
     VecLoad,
     VecStore,
     WelfordMerge,
@@ -22,7 +25,8 @@ from fuser.lower.kir import (
 
 from .expr import INDEX_TYPE, expr, value_ctype
 from .ops import RUNTIME_HEADER_NAME, ctype
-from .reductions import block_allreduce, grid_reduce, welford_ctype, welford_merge
+from .reductions import (block_allreduce, column_partials, grid_reduce, grid_sync, tile_reduce_y, welford_ctype,
+                         welford_merge)
 
 _INDEX_CTYPE = {"int32": "int", "int64": "long long"}
 #: statements printed as calls of the reduction helpers, by kind
@@ -30,6 +34,9 @@ _CALLS = {
     BlockAllReduce: block_allreduce,
     GridReduce: grid_reduce,
     WelfordMerge: welford_merge,
+    GridSync: grid_sync,
+    ColumnPartials: column_partials,
+    TileReduceY: tile_reduce_y,
 }
 
 

@@ -23,6 +23,7 @@ from fuser.lower.kir import (
     IndexCast,
     IntLit,
     Not,
+    ColumnWidth,
     ParallelDim,
     ParallelIndex,
     Param,
@@ -87,6 +88,8 @@ def _print(e: Expr) -> tuple[str, int]:
         return _INDEX_NAMES[e.ptype], _ATOM
     if isinstance(e, ParallelDim):
         return _DIM_NAMES[e.ptype], _ATOM
+    if isinstance(e, ColumnWidth):
+        return f"fuser::column_width({expr(e.n_cols)}, {e.threads})", _ATOM
     if isinstance(e, IndexCast):
         return f"(({INDEX_TYPE}){_operand(e.value, _PREFIX)})", _ATOM
     if isinstance(e, IndexBinary):

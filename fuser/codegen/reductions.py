@@ -5,7 +5,7 @@ from __future__ import annotations
 from fuser.ir.domain import ParallelType
 from fuser.ir.dtype import DataType
 from fuser.ir.exprs import BinaryOpType
-from fuser.lower.kir import BlockAllReduce, GridReduce, WelfordMerge
+from fuser.lower.kir import BlockAllReduce, ColumnPartials, GridReduce, GridSync, TileReduceY, WelfordMerge
 
 from .expr import expr
 from .ops import ctype, emit_binary
@@ -46,3 +46,16 @@ def grid_reduce(s: GridReduce) -> list[str]:
         lines.append(f"{expr(i.acc)} = fuser::grid_finish<{over}>({combine(i.op, i.dtype)}, {init}, {expr(i.work)}, "
                      f"{expr(i.slot)}, {s.slots}, {expr(i.smem)});")
     return lines
+
+
+def grid_sync(s: GridSync) -> list[str]:
+    return [f"fuser::grid_sync({expr(s.semaphore)});"]
+
+
+def column_partials(s: ColumnPartials) -> list[str]:
+    return [f"{expr(s.out)} = fuser::column_partials({combine(s.op, s.dtype)}, {expr(s.init)}, {expr(s.work)}, "
+            f"{expr(s.parts)}, {expr(s.n_cols)}, {expr(s.c0)}, {expr(s.width)}, {expr(s.smem)});"]
+
+
+def tile_reduce_y(s: TileReduceY) -> list[str]:
+    return [f"fuser::block_reduce_tile_y({expr(s.array)}, {combine(s.op, s.dtype)}, {expr(s.smem)});"]

@@ -76,6 +76,16 @@ class ParallelDim(Expr):
 
 
 @dataclass(frozen=True)
+class ColumnWidth(Expr):
+    """Columns a block combines per step of a grid-wide column reduction (at least 8, at
+    most a quarter of the block's `threads`, enough to spread `n_cols` over the grid): an
+    int. Prints `fuser::column_width(n_cols, threads)`."""
+
+    n_cols: Expr
+    threads: int
+
+
+@dataclass(frozen=True)
 class IntLit(Expr):
     """An integer literal of index arithmetic."""
 
@@ -381,7 +391,48 @@ class GridReduce:
     over_x: bool
 
 
-Stmt = Union[Decl, Assign, For, If, VecLoad, VecStore, Comment, Sync, WelfordMerge, BlockAllReduce, GridReduce]
+@dataclass
+class GridSync:
+    """A barrier for every block of the grid (all resident: the kernel's `grid_sync` caps
+    its grid). `semaphore` holds two zeroed counters. Prints `fuser::grid_sync(sem);`."""
+
+    semaphore: Expr
+
+
+@dataclass
+class TileReduceY:
+    """Register array `array` (of `dtype`) combined element by element over the threads of
+    each column of the block (same threadIdx.x) by `op`; the results are in the threads
+    with threadIdx.y == 0. Every thread runs it; `smem` holds blockDim.x * blockDim.y
+    values. Prints `fuser::block_reduce_tile_y(array, op, smem);`."""
+
+    array: Expr
+    op: BinaryOpType
+    dtype: DataType
+    smem: Expr
+
+
+@dataclass
+class ColumnPartials:
+    """`out` = column `c0 + t` of the `parts` x `n_cols` partials in `work` combined by `op`
+    from `init`, in thread t < `width` of the block (a fixed order: deterministic); every
+    thread runs it (it synchronises); `smem` holds blockDim.x * blockDim.y values. Prints
+    `out = fuser::column_partials(op, init, work, parts, n_cols, c0, width, smem);`."""
+
+    out: Expr
+    op: BinaryOpType
+    dtype: DataType
+    init: Expr
+    work: Expr
+    parts: Expr
+    n_cols: Expr
+    c0: Expr
+    smem: Expr
+    width: Expr
+
+
+Stmt = Union[Decl, Assign, For, If, VecLoad, VecStore, Comment, Sync, WelfordMerge, BlockAllReduce, GridReduce,
+             GridSync, ColumnPartials, TileReduceY]
 
 
 @dataclass
@@ -400,6 +451,9 @@ class Kernel:
     threads_y: int = 1
     #: runtime headers besides the main one (block and grid reductions)
     includes: tuple[str, ...] = ()
+    #: the kernel synchronises its whole grid (GridSync): launch at most as many blocks
+    #: as the GPU holds at once
+    grid_sync: bool = False
 
 
 

@@ -96,7 +96,7 @@ class ReductionLowering:
     """Builds the kernel IR of one scheduled reduction or inner-persistent fusion."""
 
     def __init__(self, fusion: Fusion, ref: TensorView, params: ReductionParams, vector_tensors: frozenset[TensorView],
-                 sub: SubFusion, red_classes: frozenset[int], name: str) -> None:
+                 sub: SubFusion, red_classes: frozenset[int], name: str, vector_class: int | None = None) -> None:
         self.fusion = fusion
         self.ref = ref
         self.p = params
@@ -125,8 +125,19 @@ class ReductionLowering:
         self.V, self.U = V, U
         # register tile sizes: full tensors (unroll x vector); reduced ones (outer: vector)
         self.full_tile = U * V
+        #: full inputs without the vector axis (`vector_class`): one value serves a vector's
+        #: lanes, so the tile holds `unroll` values, loaded once each (an outer reduction's
+        #: per-row scale, say: 8x fewer loads and registers for bf16)
+        self._lane_invariant: set[TensorView] = set()
+        if V > 1 and vector_class is not None:
+            self._lane_invariant = {
+                tv for tv in fusion.inputs if isinstance(tv, TensorView) and self.full(tv)
+                and tv not in vector_tensors
+                and all(find(id_of(i)) != vector_class for i in tv.logical_no_reductions() if not i.is_broadcast)}
         self.reduced_tile = 1 if params.inner else V
         self.body: list = []
+        #: shared memory declarations: at the top of the kernel, seen by every scope
+        self._shared_decls: list = []
         self.regs: dict[TensorView, str] = {}
         self._decl_done: set[str] = set()
         self._smem: dict[str, str] = {}
@@ -136,6 +147,11 @@ class ReductionLowering:
         self._kept: set[TensorView] = set()
         #: which of its two scratch buffers a type's next block reduction uses (persistent)
         self._smem_turn: dict[str, int] = {}
+        #: tensors computed once per column after the rows (inner-outer: the outer
+        #: reductions' results and what follows them); none here
+        self._final: set[TensorView] = set()
+        #: the statements loading a persistent kernel's inputs for its row(s)
+        self._row_loads: list = []
 
     # --- classification ---------------------------------------------------------------------
     def _class_set(self, loop_axis: IterDomain) -> set[int]:
@@ -176,7 +192,7 @@ class ReductionLowering:
         by = _tid(ParallelType.BIDy) if p.grid_y > 1 else IntLit(0)
         steps = self.steps
         if p.inner:
-            row = _tid(ParallelType.BIDx) * p.bdy + _tid(ParallelType.TIDy)
+            row = self._row_base()
             chunk = by * steps + s if p.grid_y > 1 else s
             col = ((chunk * p.unroll + u) * p.bdx + _tid(ParallelType.TIDx)) * p.vectorize + v
         else:
@@ -184,6 +200,10 @@ class ReductionLowering:
             chunk = by * steps + s if p.grid_y > 1 else s
             col = (chunk * p.unroll + u) * p.bdy + _tid(ParallelType.TIDy)
         return row, col
+
+    def _row_base(self) -> kir.Expr:
+        """The row an inner kernel's thread works on."""
+        return _tid(ParallelType.BIDx) * self.p.bdy + _tid(ParallelType.TIDy)
 
     def _indices(self, row: kir.Expr, col: kir.Expr) -> dict[IterDomain, kir.Expr]:
         loop = {i: IntLit(0) for i in self.lead}
@@ -200,6 +220,9 @@ class ReductionLowering:
         if name in self._decl_done:
             return
         self._decl_done.add(name)
+        if space is kir.MemoryType.Shared:
+            self._shared_decls.append(Decl(name, dtype, size, space=space, welford=welford))
+            return
         kw = {} if space is None else {"space": space}
         if size is not None and init is not None:  # an array: initialised element by element
             self.body.append(Decl(name, dtype, size, welford=welford, **kw))
@@ -212,6 +235,8 @@ class ReductionLowering:
     def _reg(self, tv: TensorView, u: kir.Expr, v: kir.Expr) -> kir.Expr:
         """tv's register element at tile position (u, v)."""
         name = self.regs[tv]
+        if tv in self._lane_invariant:
+            return Element(Var(name), u) if self.U > 1 else Var(name)
         if self.full(tv):
             return Element(Var(name), u * self.V + v) if self.full_tile > 1 else Var(name)
         return Element(Var(name), v) if self.reduced_tile > 1 else Var(name)
@@ -222,10 +247,23 @@ class ReductionLowering:
         name = f"{prefix}{tv.name}"
         self.regs[tv] = name
         size = self.full_tile if self.full(tv) else self.reduced_tile
+        if tv in self._lane_invariant:
+            size = self.U
         self._decl(name, tv.dtype, size if size > 1 else None)
 
     # --- lowering ---------------------------------------------------------------------------
     def lower(self) -> Kernel:
+        self._setup()
+        self._rows()
+        return self._kernel()
+
+    def _kernel(self, **kw) -> Kernel:
+        p = self.p
+        return Kernel(self.name, self.params.params, self._shared_decls + self.body, p.index_type, threads=p.bdx, threads_y=p.bdy,
+                      includes=("fuser_reduction.cuh",), **kw)
+
+    def _setup(self) -> None:
+        """Extents and the serial loop's step count."""
         p = self.p
         ix = self.ix
         self.n_rows = ix.extent(self.row_axis.extent) if self.row_axis is not None else IntLit(1)
@@ -238,7 +276,16 @@ class ReductionLowering:
             self.steps = kir.IndexBinary(kir.BinaryOpType.CeilDiv, total, IntLit(p.grid_y)) if p.grid_y > 1 else total
             self.body.append(Decl("steps", None, None, self.steps))
             self.steps = Var("steps")
-        reductions = [e for e in self.exprs if isinstance(e, (ReductionOp, WelfordOp)) and expr_kind(e) == REDUCTION]
+
+    def _reductions(self) -> list:
+        """The reductions the rows' stages compute (not those of the final phase)."""
+        return [e for e in self.exprs if isinstance(e, (ReductionOp, WelfordOp)) and expr_kind(e) == REDUCTION
+                and e.outputs[0] not in self._final]
+
+    def _rows(self) -> None:
+        """The work of a thread's rows: load, the stages and their reductions, store."""
+        p = self.p
+        reductions = self._reductions()
         n_stages = max((self.stage[e.outputs[0]] for e in reductions), default=0)
         if not p.persistent and any(self.full(tv) and self.stage.get(tv, 0) > 0 for tv in self.stage):
             raise NotLowerable("a reduction kernel reuses the reduced axes after a reduction (persistent)")
@@ -253,8 +300,6 @@ class ReductionLowering:
             if k < n_stages:
                 self._reduced_exprs(k + 1)
         self._store_reduced_outputs()
-        return Kernel(self.name, self.params.params, self.body, p.index_type, threads=p.bdx, threads_y=p.bdy,
-                      includes=("fuser_reduction.cuh",))
 
     def _launder_rows(self) -> list:
         """Launder the registers of the loaded inputs (rows and weights): a persistent
@@ -266,7 +311,8 @@ class ReductionLowering:
         if self.full_tile == 1:
             return []
         return [kir.Launder(Var(self.regs[tv])) for tv in self.fusion.inputs
-                if isinstance(tv, TensorView) and tv in self.regs and self.full(tv)]
+                if isinstance(tv, TensorView) and tv in self.regs and self.full(tv)
+                and not (tv in self._lane_invariant and self.U == 1)]  # (a scalar, not an array)
 
     def _load_reduced_inputs(self) -> None:
         v = Var("v")
@@ -280,7 +326,9 @@ class ReductionLowering:
             body = self._lanes_reduced([Assign(self._reg(tv, IntLit(0), v), Element(ptr, self.ix.offset(tv, idx)))],
                                        tv, ptr, idx, load=True)
             ok = self._row_ok(_subst_v_expr(row, IntLit(0)))  # lane 0 decides for the vector
-            self.body.extend([If(ok, body)] if ok is not None else body)
+            stmts = [If(ok, body)] if ok is not None else body
+            self.body.extend(stmts)
+            self._row_loads.extend(stmts)
 
     def _used(self, tv: TensorView) -> bool:
         return any(tv in e.inputs for e in self.exprs)
@@ -305,7 +353,7 @@ class ReductionLowering:
             outs = [o for o in e.outputs if isinstance(o, TensorView)]
             if isinstance(e, (ReductionOp, WelfordOp)) and expr_kind(e) == REDUCTION:
                 continue
-            if any(self.full(o) for o in outs) or self.stage.get(outs[0], 0) != k:
+            if any(self.full(o) for o in outs) or self.stage.get(outs[0], 0) != k or outs[0] in self._final:
                 continue
             stmts.extend(self._compute(e, IntLit(0), Var("v")))
         if stmts:
@@ -332,6 +380,8 @@ class ReductionLowering:
                            _INDEX_DTYPE[self.p.index_type])
         if rhs is None:  # a view: the same element as its operand
             self.regs[out] = self.regs[e.inputs[0]]
+            if e.inputs[0] in self._lane_invariant:
+                self._lane_invariant.add(out)
             if self.full(out) != self.full(e.inputs[0]):
                 raise NotLowerable(f"{type(e).__name__} between a full and a reduced tensor")
             return []
@@ -348,8 +398,13 @@ class ReductionLowering:
     def _needed(self, k: int, reds: list) -> list:
         """Full expressions stage k computes: those its reductions and full outputs need."""
         want: set[TensorView] = {e.inputs[0] for e in reds}
-        want |= {o for o in self.fusion.outputs if isinstance(o, TensorView) and self.full(o) and self.stage[o] == k}
+        want |= set(self._full_outputs(k))
         return self._producers(want)
+
+    def _full_outputs(self, k: int) -> list[TensorView]:
+        """The outputs spanning the reduced axes that stage k writes."""
+        return [o for o in self.fusion.outputs if isinstance(o, TensorView) and self.full(o) and self.stage[o] == k
+                and o not in self._final]
 
     def _producers(self, want: set[TensorView]) -> list:
         """The full expressions computing `want` from the loaded (or kept) registers."""
@@ -368,8 +423,8 @@ class ReductionLowering:
     def _stage_loop(self, k: int, reds: list) -> None:
         p = self.p
         exprs = self._needed(k, reds)
-        outs = [o for o in self.fusion.outputs if isinstance(o, TensorView) and self.full(o) and self.stage[o] == k]
-        if not exprs and not reds and not outs and k > 0:
+        outs = self._full_outputs(k)
+        if not exprs and not reds and not outs and k > 0 and not self._accumulate_columns(k, Var("u"), Var("v")):
             return
         s, u, v = Var("s"), Var("u"), Var("v")
         # accumulators
@@ -408,8 +463,10 @@ class ReductionLowering:
                 merges.extend(merge)
             else:
                 compute.append(Assign(acc, kir.Binary(e.op_type, acc, self._reg(x, u, v), acc_dt, x.dtype, acc_dt)))
+        compute.extend(self._accumulate_columns(k, u, v))
         stores = [self._store_full(tv, s, u) for tv in outs]
         if loads:
+            load_at = len(step)
             step.append(For(u, IntLit(self.U), [If(pred, [x for ld in loads for x in ld])], unroll=True,
                             dtype=DataType.Int32))
         inner = self._over_lanes(compute) + [x for st in stores for x in st]
@@ -417,10 +474,17 @@ class ReductionLowering:
             step.append(For(u, IntLit(self.U), [If(pred, inner)], unroll=True, dtype=DataType.Int32))
         step.extend(merges)
         if p.persistent:
-            self.body.extend(_subst_s(x, IntLit(0)) for x in step)
+            done = [_subst_s(x, IntLit(0)) for x in step]
+            self.body.extend(done)
+            if loads:
+                self._row_loads.append(done[load_at])
         else:
             self.body.append(For(s, self.steps, step))
         self._combine(accs)
+
+    def _accumulate_columns(self, k: int, u, v) -> list:
+        """Statements folding stage k's values into per-column accumulators (inner-outer)."""
+        return []
 
     def _over_lanes(self, stmts: list) -> list:
         """`stmts` (written for lane `v`) for every vector lane."""
@@ -504,6 +568,8 @@ class ReductionLowering:
             mem = AddressOf(Element(ptr, _subst_v_expr(off, IntLit(0))))
             reg = AddressOf(Element(Var(self.regs[tv]), u * self.V))
             return [VecLoad(tv.dtype, self.V, reg, mem) if load else VecStore(tv.dtype, self.V, mem, reg)]
+        if load and tv in self._lane_invariant:
+            return [Assign(self._reg(tv, u, IntLit(0)), Element(ptr, _subst_v_expr(off, IntLit(0))))]
         pair = (self._reg(tv, u, v), Element(ptr, off))
         return self._over_lanes([Assign(*pair) if load else Assign(*reversed(pair))])
 
@@ -583,7 +649,7 @@ class ReductionLowering:
         idx = self._indices(row, IntLit(0))
         writer = eq(_tid(ParallelType.TIDx if p.inner else ParallelType.TIDy), 0)
         for tv in self.fusion.outputs:
-            if not isinstance(tv, TensorView) or self.full(tv):
+            if not isinstance(tv, TensorView) or self.full(tv) or tv in self._final:
                 continue
             if tv not in self.regs:
                 raise NotLowerable(f"output {tv!r} is not computed")
@@ -608,6 +674,8 @@ def _subst_s(stmt, value):
 
 
 def lower_reduction(fusion: Fusion, ref: TensorView, params: ReductionParams, vector_tensors: frozenset[TensorView],
-                    sub: SubFusion, red_classes: frozenset[int], name: str = "fuser_reduction") -> Kernel:
-    """Kernel IR for a reduction or inner-persistent fusion scheduled from `ref`."""
-    return ReductionLowering(fusion, ref, params, vector_tensors, sub, red_classes, name).lower()
+                    sub: SubFusion, red_classes: frozenset[int], name: str = "fuser_reduction",
+                    vector_class: int | None = None) -> Kernel:
+    """Kernel IR for a reduction or inner-persistent fusion scheduled from `ref`, with
+    vector accesses along the axis class `vector_class`."""
+    return ReductionLowering(fusion, ref, params, vector_tensors, sub, red_classes, name, vector_class).lower()

@@ -77,7 +77,7 @@ class GeneratedKernel:
         out_pos = {v: j for j, v in enumerate(self.fusion.outputs)}
         self._in_ptrs, self._out_ptrs, self._scalars = [], [], []
         self._out_storage_ptrs: list[tuple[int, int]] = []
-        #: (param position, bytes) of the work buffers a grid reduction needs per launch
+        #: (param position, bytes per block) of the work buffers a grid reduction needs
         self._work: list[tuple[int, int]] = []
         self._semaphore: int | None = None
         self._semaphores: dict[int, torch.Tensor] = {}
@@ -91,7 +91,7 @@ class GeneratedKernel:
                 self._scalars.append((k, in_pos[p.source]))
             elif p.kind == "work":
                 elem_bytes, slots = p.source
-                self._work.append((k, max(1, self.grid[0] * self.grid[1] * slots * elem_bytes)))
+                self._work.append((k, slots * elem_bytes))
             elif p.kind == "semaphore":
                 self._semaphore = k
             elif p.source in in_pos:
@@ -133,6 +133,16 @@ class GeneratedKernel:
         if compiled is None:
             cubin = get_cubin(self.source, arch=arch, headers=runtime_headers())
             compiled = _loaded[key] = CompiledKernel(cubin, self.kernel.name, self.format, device=self.info.device)
+        if self.kernel.grid_sync and self.grid[0] > 0:
+            # every block must be resident at once for the grid barrier
+            threads = self.block[0] * self.block[1]
+            resident = compiled.max_active_blocks(threads) * self.info.device_limits.sm_count
+            if resident < 1:
+                raise NotLowerable(f"kernel {self.kernel.name} fits no block of {threads} threads on an SM")
+            # as few blocks as give each the same number of row groups (a last round
+            # with a few blocks busy would cost a whole round)
+            rounds = -(-self.grid[0] // resident)
+            self.grid = (-(-self.grid[0] // rounds), 1, 1)
         self.compiled = compiled
 
     def allocate_outputs(self) -> list[torch.Tensor]:
@@ -169,14 +179,15 @@ class GeneratedKernel:
         arrival counters kept per stream (the last block zeroes them again, and launches on
         one stream run in order)."""
         dev = self.info.device
-        work = [torch.empty(n, dtype=torch.uint8, device=dev) for _, n in self._work]
+        blocks = self.grid[0] * self.grid[1]
+        work = [torch.empty(max(1, blocks * n), dtype=torch.uint8, device=dev) for _, n in self._work]
         for (k, _), buf in zip(self._work, work):
             values[k] = buf.data_ptr()  # freed on return: PyTorch's allocator orders reuse after this launch
         if self._semaphore is not None:
             stream = torch.cuda.current_stream(dev).cuda_stream
             sem = self._semaphores.get(stream)
             if sem is None:
-                sem = self._semaphores[stream] = torch.zeros(max(1, self.grid[0]), dtype=torch.int32, device=dev)
+                sem = self._semaphores[stream] = torch.zeros(max(2, self.grid[0]), dtype=torch.int32, device=dev)
             values[self._semaphore] = sem.data_ptr()
 
 
@@ -259,15 +270,13 @@ def prepare_reduction(fusion: Fusion, args: Sequence[Any], device: torch.device 
     reds = sub.reductions()
     if not reds:
         raise NotLowerable("no reduction")
-    geo = red.geometry(sub)
+    geo = red.geometry(sub, rows=persistent)
     if geo.n_red == 0:
         if any(isinstance(r.expr, WelfordOp) for r in reds):
             raise NotLowerable("a mean over no elements (NaN, which an empty Welford accumulator does not hold)")
         for tv in fusion.outputs:  # written inside the column loop, which visits nothing
             if isinstance(tv, TensorView) and set(sub.classes_of(tv)) & reds[0].red_classes and info.numel(tv):
                 raise NotLowerable(f"output {tv!r} spans reduced axes with no elements but has elements itself")
-    if persistent and not geo.inner:
-        raise NotLowerable("an outer persistent reduction")
     vec = vectorizable(sub, geo.vector_axis) if geo.vector_axis is not None else []
     width = red.vector_width(sub, geo, vec, stride_alignment(sub, vec))
     try:
@@ -277,10 +286,44 @@ def prepare_reduction(fusion: Fusion, args: Sequence[Any], device: torch.device 
         raise NotLowerable(str(err)) from None
     red.schedule(fusion, geo)
     kernel = lower_reduction(fusion, geo.ref, params, frozenset(vec) if width > 1 else frozenset(), sub,
-                             reds[0].red_classes)
+                             reds[0].red_classes, vector_class=_axis_class(sub, geo.vector_axis))
     per_block = params.bdy if params.inner else params.bdx * params.vectorize
     grid = (-(-geo.n_iter // per_block), params.grid_y)
     return _launch_plan(fusion, kernel, params, info, args, grid, (params.bdx, params.bdy))
+
+
+def _axis_class(sub, axis) -> int | None:
+    return None if axis is None else sub.uf.find(sub.a.id_of(axis))
+
+
+def prepare_inner_outer(fusion: Fusion, args: Sequence[Any], device: torch.device | None = None) -> GeneratedKernel:
+    """Schedule and lower an inner-outer persistent segment (a norm's backward: reductions
+    along rows and across them) for the call `args` describes; its grid is capped at the
+    blocks the GPU holds at once when it is loaded."""
+    from fuser.lower.inner_outer import lower_inner_outer
+    from fuser.scheduler import normalization
+    from fuser.scheduler import reduction as red
+
+    fusion, _ = fusion.clone()
+    info = runtime_info(fusion, args, device=device)
+    sub = FusionAnalysis(fusion, info).whole()
+    inner = [r for r in sub.reductions() if r.is_inner]
+    if not inner:
+        raise NotLowerable("no reduction along the rows")
+    geo = red.geometry(sub, inner[0], rows=True)
+    if geo.n_red == 0:
+        raise NotLowerable("rows with no elements")
+    vec = vectorizable(sub, geo.vector_axis) if geo.vector_axis is not None else []
+    width = red.vector_width(sub, geo, vec, stride_alignment(sub, vec))
+    try:
+        params = normalization.inner_outer_heuristics(sub, geo, width)
+    except ValueError as err:
+        raise NotLowerable(str(err)) from None
+    red.schedule(fusion, geo)
+    kernel = lower_inner_outer(fusion, geo.ref, params, frozenset(vec) if width > 1 else frozenset(), sub,
+                               inner[0].red_classes, geo.n_red, vector_class=_axis_class(sub, geo.vector_axis))
+    return _launch_plan(fusion, kernel, params, info, args, (-(-geo.n_iter // params.bdy), 1),
+                        (params.bdx, params.bdy))
 
 
 #: the schedulers whose segments become generated kernels, and how each is prepared
@@ -289,6 +332,7 @@ _PREPARE = {
     SchedulerType.transpose: prepare_pointwise,
     SchedulerType.reduction: prepare_reduction,
     SchedulerType.inner_persistent: lambda f, a, d=None: prepare_reduction(f, a, d, persistent=True),
+    SchedulerType.inner_outer_persistent: prepare_inner_outer,
 }
 
 

@@ -132,6 +132,7 @@ class _CudaDriver:
             "cuModuleGetFunction": [P(c_void_p), c_void_p, c_char_p],
             "cuFuncSetAttribute": [c_void_p, c_int, c_int],
             "cuLaunchKernel": [c_void_p, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_void_p, c_void_p, c_void_p],
+            "cuOccupancyMaxActiveBlocksPerMultiprocessor": [P(c_int), c_void_p, c_int, ctypes.c_size_t],
             "cuGetErrorName": [c_int, P(c_char_p)],
             "cuGetErrorString": [c_int, P(c_char_p)],
         }
@@ -310,6 +311,17 @@ class CompiledKernel:
     def shared_size_bytes(self) -> int:
         """Static shared memory per block, in bytes."""
         return int(self.function.shared_size_bytes)
+
+    def max_active_blocks(self, threads: int, shared_mem: int = 0) -> int:
+        """Blocks of `threads` threads (and `shared_mem` dynamic shared bytes) one SM holds
+        at once: what a kernel that synchronises its whole grid may launch per SM."""
+        self._load_driver_function()
+        drv = _driver()
+        n = ctypes.c_int()
+        drv.check(drv.lib.cuOccupancyMaxActiveBlocksPerMultiprocessor(ctypes.byref(n), self._drv_function, threads,
+                                                                        shared_mem),
+                  f"cuOccupancyMaxActiveBlocksPerMultiprocessor({self.name})")
+        return int(n.value)
 
     def __repr__(self) -> str:
         return f"CompiledKernel({self.name!r}, {self.param_format!r}, cuda:{self.device_index})"

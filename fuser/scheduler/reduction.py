@@ -75,10 +75,15 @@ class ReductionGeometry:
         return axes[-1] if axes else None
 
 
-def geometry(sub: SubFusion) -> ReductionGeometry:
-    """The rows-by-columns view of a reduction or persistent segment (`sub` has runtime info)."""
+def geometry(sub: SubFusion, r0=None, *, rows: bool = False) -> ReductionGeometry:
+    """The rows-by-columns view of a reduction or persistent segment (`sub` has runtime
+    info): rows are the axes reduction `r0` (default: the first) keeps, columns those it
+    reduces. `rows`: lay it out as an inner reduction (a row per thread group) even where
+    the memory order says otherwise (an inner-persistent kernel over column-major inputs:
+    correct, with strided accesses)."""
     info = sub.a.info
-    r0 = sub.reductions()[0]
+    if r0 is None:
+        r0 = sub.reductions()[0]
     ref = r0.input
     find, id_of = sub.uf.find, sub.a.id_of
     # memory order: the allocation order of the fusion input spanning the most axes
@@ -96,7 +101,7 @@ def geometry(sub: SubFusion) -> ReductionGeometry:
     axes = [i for _, i in keyed]
     red = [i for i in axes if find(id_of(i)) in r0.red_classes]
     it = [i for i in axes if find(id_of(i)) not in r0.red_classes]
-    inner = bool(axes) and axes[-1] in red
+    inner = rows or (bool(axes) and axes[-1] in red)
     n_iter = 1
     for i in it:
         n_iter *= info.extent(i)

@@ -220,6 +220,99 @@ FUSER_DEVICE T grid_finish(Op op, T init, const T* work, int slot, int slots, T*
   return OverX ? block_allreduce_x(acc, op, smem) : block_allreduce_y(acc, op, smem);
 }
 
+
+// --- reductions across the rows of a grid (inner-outer persistent kernels) --------------------
+
+// A barrier for every block of the grid. The blocks must all be resident at once (the
+// launch caps the grid at what the SMs hold), else it never returns. `sem` holds two
+// counters, zero before the launch: arrivals, then departures; the last block to leave
+// zeroes both for the next launch (on the same stream, so it starts after this one ends).
+FUSER_DEVICE void grid_sync(unsigned int* sem) {
+  __syncthreads();
+  if (threadIdx.x == 0 && threadIdx.y == 0) {
+    const unsigned int blocks = gridDim.x * gridDim.y;
+    __threadfence();  // this block's writes are visible before it counts itself
+    atomicAdd(sem, 1u);
+    while (*static_cast<volatile unsigned int*>(sem) < blocks) __nanosleep(32);
+    __threadfence();
+    if (atomicAdd(sem + 1, 1u) == blocks - 1) {
+      sem[0] = 0;
+      sem[1] = 0;
+    }
+  }
+  __syncthreads();
+}
+
+// Combine each element of a register tile over the threads of a column (same threadIdx.x):
+// the results are in the threads with threadIdx.y == 0. `smem` holds blockDim.x *
+// blockDim.y values and is free on entry and on return.
+template <typename T, int N, typename Op>
+FUSER_DEVICE void block_reduce_tile_y(T (&a)[N], Op op, T* smem) {
+  const int bdx = blockDim.x, bdy = blockDim.y;
+  if (bdy == 1) return;
+  const int tx = threadIdx.x, ty = threadIdx.y;
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    smem[ty * bdx + tx] = a[i];
+    __syncthreads();
+    if (ty == 0) {
+      for (int y = 1; y < bdy; ++y) a[i] = op(a[i], smem[y * bdx + tx]);
+    }
+    __syncthreads();
+  }
+}
+
+// Columns a block combines per step of a grid-wide column reduction: enough that the
+// steps spread over the grid's blocks, at least 8 (a 32-byte sector of each partial row)
+// and at most a quarter of the block's threads (each column keeps 4 runs of partials).
+template <typename I>
+FUSER_DEVICE int column_width(I n_cols, int threads) {
+  const I per_block = n_cols / static_cast<I>(gridDim.x);
+  int w = 8;
+  while (w * 2 <= threads / 4 && w * 2 <= per_block) w *= 2;
+  return w < threads ? w : threads;
+}
+
+// Combine the partials of columns c0 .. c0 + w - 1 (row p of `work` holds block p's
+// partials, `n_cols` per row, `parts` rows): the block's threads take the w adjacent
+// columns by (blockDim.x * blockDim.y) / w interleaved runs of rows (w and the thread
+// count are powers of two, w at most the thread count), so loads are coalesced and four
+// are in flight per thread, then combine the runs in shared memory in a fixed order.
+// Thread t < w gets column c0 + t (columns past n_cols give init). Every thread of the
+// block calls it; `smem` holds blockDim.x * blockDim.y values and is free on return.
+template <typename T, typename Op, typename I>
+FUSER_DEVICE T column_partials(Op op, T init, const T* work, int parts, I n_cols, I c0, int w, T* smem) {
+  const int tid = threadIdx.y * blockDim.x + threadIdx.x;
+  const int runs = (blockDim.x * blockDim.y) / w;
+  const int lane = tid % w, run = tid / w;
+  const I c = c0 + lane;
+  T a0 = init, a1 = init, a2 = init, a3 = init;
+  if (c < n_cols) {
+    const T* col = work + c;
+    const long long stride = static_cast<long long>(n_cols) * runs;
+    int p = run;
+    for (; p + 3 * runs < parts; p += 4 * runs) {
+      const T* at = col + static_cast<long long>(p) * n_cols;
+      T x0 = load_global_cg(at), x1 = load_global_cg(at + stride);
+      T x2 = load_global_cg(at + 2 * stride), x3 = load_global_cg(at + 3 * stride);
+      a0 = op(a0, x0);
+      a1 = op(a1, x1);
+      a2 = op(a2, x2);
+      a3 = op(a3, x3);
+    }
+    for (; p < parts; p += runs) a0 = op(a0, load_global_cg(col + static_cast<long long>(p) * n_cols));
+  }
+  smem[tid] = op(op(a0, a1), op(a2, a3));
+  __syncthreads();
+  for (int s = runs / 2; s > 0; s /= 2) {
+    if (run < s) smem[tid] = op(smem[tid], smem[tid + s * w]);
+    __syncthreads();
+  }
+  T r = smem[lane];
+  __syncthreads();
+  return r;
+}
+
 }  // namespace fuser
 
 #undef FUSER_DEVICE

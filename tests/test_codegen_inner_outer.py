@@ -1,0 +1,126 @@
+"""Inner-outer persistent kernels (norm backwards) are generated without a GPU: the CUDA of
+RMSNorm and LayerNorm backward at many shapes and dtypes, and of seed 001's second
+segment, compiles with nvcc for sm_90, and is one kernel that reduces rows in registers,
+keeps column partials across rows and combines them after a grid barrier."""
+import pytest
+import torch
+
+from fuser import DataType, FusionDefinition
+from cuda_units import compile_all
+
+_DT = {torch.float32: DataType.Float, torch.bfloat16: DataType.BFloat16, torch.float16: DataType.Half}
+
+
+def _meta(shape, dtype=torch.float32):
+    return torch.empty(shape, dtype=dtype, device="meta")
+
+
+def rms_norm_backward(fd: FusionDefinition, dtype: DataType) -> None:
+    """grad, x, rstd [M, 1] and weight [N] -> dx, dweight."""
+    grad = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=dtype)
+    x = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=dtype)
+    rstd = fd.define_tensor(shape=[-1, 1], contiguity=[True, None], dtype=DataType.Float)
+    w = fd.define_tensor(shape=[-1], contiguity=[True], dtype=dtype)
+    g, xf = fd.ops.cast(grad, DataType.Float), fd.ops.cast(x, DataType.Float)
+    shape = fd.ops.shape(x)
+    r = fd.ops.broadcast_in_dim(rstd, shape=shape, broadcast_dims=[0, 1])
+    xhat = fd.ops.mul(xf, r)
+    gw = fd.ops.mul(g, fd.ops.broadcast_in_dim(fd.ops.cast(w, DataType.Float), shape=shape, broadcast_dims=[1]))
+    mean = fd.ops.div(fd.ops.sum(fd.ops.mul(gw, xhat), dims=[1], keepdim=True), fd.ops.size(x, 1))
+    dx = fd.ops.mul(r, fd.ops.sub(gw, fd.ops.mul(xhat, fd.ops.broadcast_in_dim(mean, shape=shape,
+                                                                                broadcast_dims=[0, 1]))))
+    fd.add_output(fd.ops.cast(dx, dtype))
+    fd.add_output(fd.ops.cast(fd.ops.sum(fd.ops.mul(g, xhat), dims=[0]), dtype))
+
+
+def layer_norm_backward(fd: FusionDefinition, dtype: DataType) -> None:
+    """grad, x, mean [M, 1], rstd [M, 1] and weight [N] -> dx, dweight, dbias."""
+    grad = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=dtype)
+    x = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=dtype)
+    mean = fd.define_tensor(shape=[-1, 1], contiguity=[True, None], dtype=DataType.Float)
+    rstd = fd.define_tensor(shape=[-1, 1], contiguity=[True, None], dtype=DataType.Float)
+    w = fd.define_tensor(shape=[-1], contiguity=[True], dtype=dtype)
+    g, xf = fd.ops.cast(grad, DataType.Float), fd.ops.cast(x, DataType.Float)
+    shape = fd.ops.shape(x)
+    r = fd.ops.broadcast_in_dim(rstd, shape=shape, broadcast_dims=[0, 1])
+    xhat = fd.ops.mul(fd.ops.sub(xf, fd.ops.broadcast_in_dim(mean, shape=shape, broadcast_dims=[0, 1])), r)
+    gw = fd.ops.mul(g, fd.ops.broadcast_in_dim(fd.ops.cast(w, DataType.Float), shape=shape, broadcast_dims=[1]))
+    n = fd.ops.size(x, 1)
+    a = fd.ops.div(fd.ops.sum(gw, dims=[1], keepdim=True), n)
+    b = fd.ops.div(fd.ops.sum(fd.ops.mul(gw, xhat), dims=[1], keepdim=True), n)
+    inner = fd.ops.sub(fd.ops.sub(gw, fd.ops.broadcast_in_dim(a, shape=shape, broadcast_dims=[0, 1])),
+                       fd.ops.mul(xhat, fd.ops.broadcast_in_dim(b, shape=shape, broadcast_dims=[0, 1])))
+    fd.add_output(fd.ops.cast(fd.ops.mul(r, inner), dtype))
+    fd.add_output(fd.ops.cast(fd.ops.sum(fd.ops.mul(g, xhat), dims=[0]), dtype))
+    fd.add_output(fd.ops.cast(fd.ops.sum(g, dims=[0]), dtype))
+
+
+def _inputs(kind: str, m: int, n: int, dtype: torch.dtype) -> list:
+    stats = [_meta((m, 1))] * (1 if kind == "rms" else 2)
+    return [_meta((m, n), dtype), _meta((m, n), dtype), *stats, _meta((n,), dtype)]
+
+
+def _code(kind: str, m: int, n: int, dtype: torch.dtype) -> str:
+    build = rms_norm_backward if kind == "rms" else layer_norm_backward
+    with FusionDefinition() as fd:
+        build(fd, _DT[dtype])
+    return fd.cuda_code_for(_inputs(kind, m, n, dtype))
+
+
+SHAPES = [(16384, 4096), (8192, 8192), (2048, 16384), (1000, 1024), (7, 127), (1, 3), (16384, 4097)]
+
+
+@pytest.mark.nvcc
+def test_norm_backward_kernels_compile_for_sm90():
+    sources = []
+    for kind in ("rms", "layer"):
+        for m, n in SHAPES:
+            for dtype in (torch.float32, torch.bfloat16, torch.float16):
+                src = _code(kind, m, n, dtype)
+                # held per element of a row: grad, x and weight, and a float accumulator per
+                # column output; half of an H100's 256 KiB register file holds the rows
+                held = 3 * dtype.itemsize + 4 * (1 if kind == "rms" else 2)
+                if held * n <= 128 * 1024:
+                    assert src.count("__global__") == 1 and "fuser_inner_outer" in src, (kind, m, n, dtype)
+                else:  # split into kernels that do not hold the rows
+                    assert src.count("__global__") >= 2, (kind, m, n, dtype)
+                sources.append(src)
+    assert compile_all(sources)[:4] == b"\x7fELF"
+
+
+def test_one_kernel_reads_rows_once_and_combines_columns_after_a_grid_barrier():
+    src = _code("layer", 16384, 4096, torch.bfloat16)
+    assert src.count("fuser::grid_sync(semaphore);") == 1
+    # dweight and dbias: a tile of column accumulators each, combined after the barrier
+    assert src.count("fuser::column_partials(") == 2
+    assert src.count("float oacc") == 2
+    # the row's two inner sums are block reductions; the rows are read in vectors once
+    assert src.count("block_allreduce_x") == 2
+    # the rows are loaded in the loop; the weight once, before it
+    assert src.count("fuser::load_vec<__bfloat, 8>(&r0[") == 1 and src.count("(&r4[") == 1
+    assert src.index("(&r4[") < src.index("for (nvfuser_index_t it = 0;") < src.index("(&r0[")
+    assert src.index("fuser::grid_sync") < src.index("fuser::column_partials")
+
+
+def test_rows_of_1024_threads_are_not_loaded_ahead():
+    # holding two groups of rows would take more than the 64 registers a thread of a
+    # 1024-thread block has
+    src = _code("rms", 2048, 8192, torch.float32)
+    assert "__launch_bounds__(1024)" in src and "fuser_inner_outer" in src and "nr0" not in src
+    # with 512 threads, fp32 rows are loaded ahead; bf16 ones are not (measured slower)
+    assert "nr0" in _code("rms", 2048, 4096, torch.float32) and "nr0" not in _code("rms", 2048, 4096, torch.bfloat16)
+
+
+def test_short_rows_share_a_block_and_combine_partials_over_threadIdx_y():
+    src = _code("rms", 16384, 1024, torch.bfloat16)
+    assert "__launch_bounds__(512)" in src  # 64 threads per row, 8 rows per block
+    assert "fuser::block_reduce_tile_y(oacc" in src
+
+
+def test_seed_001_second_segment_is_an_inner_outer_kernel():
+    from fuser.examples.rmsnorm_backward import make_inputs, rmsnorm_backward
+
+    with FusionDefinition() as fd:
+        rmsnorm_backward(fd)
+    src = fd.cuda_code_for(make_inputs("meta"))
+    assert src.count("__global__") == 2 and "fuser_inner_outer" in src
