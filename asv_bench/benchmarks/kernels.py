@@ -6,9 +6,12 @@ reports as skipped. Kernel times are `track_` benchmarks (CUDA events around a l
 see `fuser.benchmarks.kernel_time`), in microseconds; asv's own wall-clock `time_` loop is
 only used for the host cost of issuing a tiny cached fusion.
 
-`KernelTime` times each fusion of one shape (the pointwise set) at that shape;
-`KernelTimeShapes` times each fusion of several shapes (the reductions and normalisations:
-RMSNorm / LayerNorm / softmax forward, inner and outer sum, var_mean) at every one of them.
+`KernelTime` times each fusion of one shape (the pointwise set, and seed 001's RMSNorm
+backward at its fixed [56, 1024, 1024]) at that shape; `KernelTimeShapes` times each fusion
+of several shapes at every one of them: the reductions and normalisations (RMSNorm /
+LayerNorm / softmax forward, inner and outer sum, var_mean) and the backward set (RMSNorm /
+LayerNorm / softmax backward, the outer-persistent batch-norm forward), bf16 and fp32.
+Both lists come from `FUSIONS`, so every fusion `python -m fuser bench` runs is here.
 """
 import torch
 
@@ -64,7 +67,7 @@ def _callable(fusion, impl, inputs):
 
 
 class KernelTime:
-    """Median GPU time per call of each memory-bound fusion at its benchmark shape."""
+    """Median GPU time per call of each memory-bound fusion of one shape at that shape."""
 
     params = [_BANDWIDTH, _IMPLS]
     param_names = ["fusion", "impl"]
@@ -95,8 +98,9 @@ class KernelTime:
 
 
 class KernelTimeShapes:
-    """Median GPU time per call of each reduction / normalisation fusion at each of its
-    shapes (`BenchFusion.shapes`); shapes a fusion does not list are skipped."""
+    """Median GPU time per call of each reduction / normalisation fusion, forward and
+    backward, at each of its shapes (`BenchFusion.shapes`); shapes a fusion does not list
+    are skipped."""
 
     params = [_MULTI_SHAPE, _SHAPES, _IMPLS]
     param_names = ["fusion", "shape", "impl"]

@@ -17,12 +17,14 @@ from typing import Callable
 
 import torch
 
-from .fusions import FUSIONS, BenchFusion, by_name, bytes_moved, define, stored_bytes
+from .fusions import FUSIONS, GROUPS, BenchFusion, by_name, bytes_moved, define, select, stored_bytes
 
 __all__ = [
     "FUSIONS",
+    "GROUPS",
     "BenchFusion",
     "by_name",
+    "select",
     "bytes_moved",
     "define",
     "stored_bytes",

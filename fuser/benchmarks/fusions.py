@@ -12,6 +12,17 @@ outer sums, var_mean; bf16 and fp32) follow nvFuser's Python benchmarks
 bf16 inputs are cast to float, computed in float and cast back; the norms also write the
 statistics a training step saves for its backward (LayerNorm: mean and rstd; RMSNorm:
 rstd), float32 of shape [M, 1], as ``aten.native_layer_norm`` / ``aten._fused_rms_norm`` do.
+
+The backward set (RMSNorm / LayerNorm / softmax backward and a batch-norm training forward
+on channels-last [M, N] reduced over M, bf16 and fp32; seed 001's RMSNorm backward at its
+real shape) is modelled on ``benchmarks/python/test_{rmsnorm,layernorm,softmax}_bwd.py``
+and ``test_batchnorm_fwd.py`` the same way: computed in float; the backwards take the saved
+statistics as float32 [M, 1] (computed from x, as the forward saved them) and return dx and
+the parameter gradients in the input dtype; the batch norm returns y in the input dtype and
+its per-column mean and invstd in float32 [N], as ``aten.native_batch_norm`` does on CUDA.
+
+Each fusion belongs to one `GROUPS` entry ("pointwise", "reduction", "backward"), which
+`python -m fuser bench --only GROUP` selects (`select`).
 """
 from __future__ import annotations
 
@@ -28,7 +39,10 @@ __all__ = [
     "FUSIONS",
     "REDUCTION_SHAPES",
     "REDUCTION_QUICK_SHAPES",
+    "BACKWARD_SHAPES",
+    "GROUPS",
     "by_name",
+    "select",
     "define",
     "stored_bytes",
     "bytes_moved",
@@ -47,6 +61,11 @@ SMALL = (64, 96)
 REDUCTION_SHAPES = ((16384, 4096), (8192, 8192), (2048, 16384), (16384, 1024), (128, 1000))
 #: their `--quick` subset: one LLM shape (128 MiB of bf16) and the small one
 REDUCTION_QUICK_SHAPES = ((16384, 4096), (128, 1000))
+#: the shapes of the backward normalisations (and the batch norm): the LLM rows of
+#: REDUCTION_SHAPES and the small one; their `--quick` subset is REDUCTION_QUICK_SHAPES
+BACKWARD_SHAPES = ((16384, 4096), (8192, 8192), (2048, 16384), (128, 1000))
+#: seed 001's one shape: its definition (the report's program) hard-codes these sizes
+SEED001_SHAPE = (56, 1024, 1024)
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 
@@ -82,6 +101,10 @@ class BenchFusion:
     scales: n -> per output, the magnitude of the terms its reduction sums, in the output's
     units (1 for a sum of randn, 1/n for a mean, 0 where the error is relative, as for a
     softmax or a normalised row); default: 1 for every output.
+    output_reduced: per output, the dims of the first input that output is reduced over,
+    where outputs differ (a backward's dx over N, its dweight over M); n (for `scales` too)
+    is then that output's own extent. Default: `reduced` for every output.
+    group: the `GROUPS` entry the fusion belongs to ("pointwise", "reduction", "backward").
     """
 
     name: str
@@ -97,6 +120,8 @@ class BenchFusion:
     small_shape: tuple[int, ...] = SMALL
     reduced: tuple[int, ...] = ()
     scales: Callable[[int], Sequence[float]] | None = None
+    output_reduced: tuple[tuple[int, ...], ...] = ()
+    group: str = "pointwise"
 
     def __post_init__(self) -> None:
         shapes = tuple(tuple(s) for s in self.shapes) or (tuple(self.shape or LARGE),)
@@ -135,10 +160,11 @@ class BenchFusion:
         (`reduction_tolerance`, at this output's `scales`)."""
         from fuser.runtime.tolerance import tolerances
 
-        if not self.reduced or not want.dtype.is_floating_point:
+        dims = self.output_reduced[index] if self.output_reduced else self.reduced
+        if not dims or not want.dtype.is_floating_point:
             return tolerances(want.dtype)
         x = inputs[0]
-        n = math.prod(x.shape[d] for d in self.reduced)
+        n = math.prod(x.shape[d] for d in dims)
         scale = self.scales(n)[index] if self.scales is not None else 1.0
         return reduction_tolerance(want.dtype, n, scale)
 
@@ -337,6 +363,118 @@ def _var_mean_fwd(dtype: DataType):
     return build
 
 
+# --- backward normalisations (nvFuser's benchmarks/python/test_*_bwd.py, our code) ------------
+
+
+def _stat(fd: FusionDefinition):
+    """A saved per-row statistic: float32 [M, 1] (what the forward wrote)."""
+    return fd.define_tensor(shape=[-1, 1], contiguity=[True, None], dtype=DataType.Float)
+
+
+def _vector(fd: FusionDefinition, dtype: DataType):
+    """A per-column parameter [N] (weight, bias)."""
+    return fd.define_tensor(shape=[-1], contiguity=[True], dtype=dtype)
+
+
+def _rmsnorm_bwd(dtype: DataType):
+    """RMSNorm backward from grad, x [M, N], rstd (float [M, 1]), weight [N], in float:
+    x_hat = x rstd, gw = grad w, dx = rstd (gw - x_hat mean(gw x_hat, -1)) and
+    dweight = sum(grad x_hat, 0), both in dtype (``aten._fused_rms_norm_backward``)."""
+
+    def build(fd: FusionDefinition) -> None:
+        g0, x0 = _matrix(fd, dtype, 2), _matrix(fd, dtype, 2)
+        rstd = _stat(fd)
+        w0 = _vector(fd, dtype)
+        g, x, w = (_to_float(fd, t, dtype) for t in (g0, x0, w0))
+        shape = x.shape()
+        r = fd.ops.broadcast_in_dim(rstd, shape=shape, broadcast_dims=[0, 1])
+        xhat = fd.ops.mul(x, r)
+        gw = fd.ops.mul(g, fd.ops.broadcast_in_dim(w, shape=shape, broadcast_dims=[1]))
+        dot = _rows_keepdim(fd, x, fd.ops.sum(fd.ops.mul(gw, xhat), dims=[1], keepdim=False))
+        mean = fd.ops.mul(dot, fd.ops.reciprocal(x.size(1)))
+        proj = fd.ops.mul(xhat, fd.ops.broadcast_in_dim(mean, shape=shape, broadcast_dims=[0, 1]))
+        dx = fd.ops.mul(r, fd.ops.sub(gw, proj))
+        dw = fd.ops.sum(fd.ops.mul(g, xhat), dims=[0], keepdim=False)
+        fd.add_output(_from_float(fd, dx, dtype))
+        fd.add_output(_from_float(fd, dw, dtype))
+
+    return build
+
+
+def _layernorm_bwd(dtype: DataType):
+    """LayerNorm backward from grad, x [M, N], mean, rstd (float [M, 1]), weight [N], in
+    float: x_hat = (x - mean) rstd, gw = grad w, dx = rstd (gw - mean(gw) - x_hat
+    mean(gw x_hat)) over N, dweight = sum(grad x_hat, 0), dbias = sum(grad, 0); all in dtype
+    (``aten.native_layer_norm_backward``)."""
+
+    def build(fd: FusionDefinition) -> None:
+        g0, x0 = _matrix(fd, dtype, 2), _matrix(fd, dtype, 2)
+        mean0, rstd0 = _stat(fd), _stat(fd)
+        w0 = _vector(fd, dtype)
+        g, x, w = (_to_float(fd, t, dtype) for t in (g0, x0, w0))
+        shape = x.shape()
+        mean = fd.ops.broadcast_in_dim(mean0, shape=shape, broadcast_dims=[0, 1])
+        r = fd.ops.broadcast_in_dim(rstd0, shape=shape, broadcast_dims=[0, 1])
+        xhat = fd.ops.mul(fd.ops.sub(x, mean), r)
+        gw = fd.ops.mul(g, fd.ops.broadcast_in_dim(w, shape=shape, broadcast_dims=[1]))
+        inv_n = fd.ops.reciprocal(x.size(1))
+
+        def row_mean(t):
+            """mean(t, -1) broadcast back to [M, N]."""
+            m = fd.ops.mul(_rows_keepdim(fd, x, fd.ops.sum(t, dims=[1], keepdim=False)), inv_n)
+            return fd.ops.broadcast_in_dim(m, shape=shape, broadcast_dims=[0, 1])
+
+        inner = fd.ops.sub(fd.ops.sub(gw, row_mean(gw)), fd.ops.mul(xhat, row_mean(fd.ops.mul(gw, xhat))))
+        dx = fd.ops.mul(r, inner)
+        dw = fd.ops.sum(fd.ops.mul(g, xhat), dims=[0], keepdim=False)
+        db = fd.ops.sum(g, dims=[0], keepdim=False)
+        for t in (dx, dw, db):
+            fd.add_output(_from_float(fd, t, dtype))
+
+    return build
+
+
+def _softmax_bwd(dtype: DataType):
+    """softmax backward over the last dim from dy and y (the softmax output), in float:
+    dx = y (dy - sum(dy y, -1)) (``aten._softmax_backward_data``)."""
+
+    def build(fd: FusionDefinition) -> None:
+        dy0, y0 = _matrix(fd, dtype, 2), _matrix(fd, dtype, 2)
+        dy, y = _to_float(fd, dy0, dtype), _to_float(fd, y0, dtype)
+        dot = _rows_keepdim(fd, y, fd.ops.sum(fd.ops.mul(dy, y), dims=[1], keepdim=False))
+        dx = fd.ops.mul(y, fd.ops.sub(dy, fd.ops.broadcast_in_dim(dot, shape=y.shape(), broadcast_dims=[0, 1])))
+        fd.add_output(_from_float(fd, dx, dtype))
+
+    return build
+
+
+def _batchnorm_fwd(dtype: DataType):
+    """Batch-norm training forward on channels-last [M, N] (M = batch x spatial, N =
+    channels): mean and biased variance of each column over M (outer reduction), reused
+    by every element of the column: y = (x - mean) rsqrt(var + eps) weight + bias in dtype;
+    the saved mean and invstd float [N] (``aten.native_batch_norm`` on CUDA)."""
+
+    def build(fd: FusionDefinition) -> None:
+        x0 = _matrix(fd, dtype, 2)
+        w0, b0 = _vector(fd, dtype), _vector(fd, dtype)
+        x, w, b = (_to_float(fd, t, dtype) for t in (x0, w0, b0))
+        shape = x.shape()
+        var, mean = fd.ops.var_mean(x, dims=[0], correction=0, keepdim=False)
+        invstd = fd.ops.rsqrt(fd.ops.add(var, NORM_EPS))
+
+        def cols(t):
+            """A per-column [N] value broadcast to [M, N]."""
+            return fd.ops.broadcast_in_dim(t, shape=shape, broadcast_dims=[1])
+
+        xhat = fd.ops.mul(fd.ops.sub(x, cols(mean)), cols(invstd))
+        y = fd.ops.add(fd.ops.mul(xhat, cols(w)), cols(b))
+        fd.add_output(_from_float(fd, y, dtype))
+        fd.add_output(mean)
+        fd.add_output(invstd)
+
+    return build
+
+
 # ----------------------------------------------------------------------------------------------
 # inputs (random normal: never all zeros; sign changes exercise relu / where / tanh)
 
@@ -367,6 +505,55 @@ def _bias_inputs(device, shape):
 
 def _where3_inputs(device, shape):
     return [_randn(shape, torch.float16, device) for _ in range(3)]
+
+
+def _row_stats(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(mean, rstd of LayerNorm, rstd of RMSNorm) of each row of `x`, float32 [M, 1]: what
+    the forwards saved, so that the backwards see realistic statistics."""
+    xf = x.float()
+    var, mean = torch.var_mean(xf, dim=-1, correction=0, keepdim=True)
+    return mean, torch.rsqrt(var + NORM_EPS), torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + NORM_EPS)
+
+
+def _rmsnorm_bwd_inputs(dtype: torch.dtype):
+    """grad, x [M, N], rstd (float [M, 1], from x), weight [N]."""
+
+    def make(device, shape):
+        g, x = _randn(shape, dtype, device), _randn(shape, dtype, device)
+        return [g, x, _row_stats(x)[2], _randn(shape[-1:], dtype, device)]
+
+    return make
+
+
+def _layernorm_bwd_inputs(dtype: torch.dtype):
+    """grad, x [M, N], mean and rstd (float [M, 1], from x), weight [N]."""
+
+    def make(device, shape):
+        g, x = _randn(shape, dtype, device), _randn(shape, dtype, device)
+        mean, rstd, _ = _row_stats(x)
+        return [g, x, mean, rstd, _randn(shape[-1:], dtype, device)]
+
+    return make
+
+
+def _softmax_bwd_inputs(dtype: torch.dtype):
+    """dy [M, N] and y = softmax of random logits [M, N] (rows that sum to 1, as a softmax
+    output does)."""
+
+    def make(device, shape):
+        y = torch.softmax(torch.randn(shape, dtype=torch.float32, device=device), dim=-1).to(dtype)
+        return [_randn(shape, dtype, device), y]
+
+    return make
+
+
+def _seed001_inputs(device, shape):
+    """Seed 001's seven inputs, laid out as in the report (expanded and strided ones)."""
+    from fuser.examples.rmsnorm_backward import make_inputs
+
+    if tuple(shape) != SEED001_SHAPE:
+        raise ValueError(f"seed 001's definition hard-codes its sizes {list(SEED001_SHAPE)}; got {list(shape)}")
+    return make_inputs(device)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -431,13 +618,80 @@ def _eager_var_mean(inputs):
     return list(torch.var_mean(inputs[0], dim=-1, correction=VAR_MEAN_CORRECTION))
 
 
+def _on_cpu_in_float(x: torch.Tensor) -> bool:
+    """Whether an eager reference must run on float copies: for bf16 data PyTorch's CPU
+    kernels refuse float statistics (layer-norm backward) or return bf16 ones (batch norm),
+    where CUDA's and meta's compute and keep them in float; float copies, cast back, are
+    CUDA's arithmetic."""
+    return x.device.type == "cpu" and x.dtype != torch.float32
+
+
+def _eager_rmsnorm_bwd(inputs):
+    """``aten._fused_rms_norm_backward`` (what autograd of F.rms_norm runs: (dx, dweight)),
+    or the same arithmetic in float PyTorch ops where it has no kernel (CPU) or this torch
+    lacks it."""
+    g, x, rstd, w = inputs
+    fused = getattr(torch.ops.aten, "_fused_rms_norm_backward", None)
+    if fused is not None and x.device.type != "cpu":
+        return list(fused(g, x, [x.shape[-1]], rstd, w, [True, True]))
+    gf, xf, wf = g.float(), x.float(), w.float()
+    xhat = xf * rstd
+    gw = gf * wf
+    dx = rstd * (gw - xhat * (gw * xhat).mean(-1, keepdim=True))
+    return [dx.to(x.dtype), (gf * xhat).sum(0).to(w.dtype)]
+
+
+def _eager_layernorm_bwd(inputs):
+    """``aten.native_layer_norm_backward``: (dx, dweight, dbias). Its `bias` argument only
+    gives dbias its shape and dtype (its values are never read), so the weight stands in."""
+    g, x, mean, rstd, w = inputs
+    if _on_cpu_in_float(x):
+        gf, xf, wf = g.float(), x.float(), w.float()
+        dx, dw, db = torch.ops.aten.native_layer_norm_backward(
+            gf, xf, [x.shape[-1]], mean, rstd, wf, wf, [True, True, True])
+        return [dx.to(x.dtype), dw.to(w.dtype), db.to(w.dtype)]
+    return list(torch.ops.aten.native_layer_norm_backward(g, x, [x.shape[-1]], mean, rstd, w, w, [True, True, True]))
+
+
+def _eager_softmax_bwd(inputs):
+    """``aten._softmax_backward_data`` (what autograd of softmax runs) over the last dim."""
+    dy, y = inputs
+    if _on_cpu_in_float(y):
+        return [torch.ops.aten._softmax_backward_data(dy.float(), y.float(), -1, torch.float32).to(y.dtype)]
+    return [torch.ops.aten._softmax_backward_data(dy, y, -1, y.dtype)]
+
+
+def _eager_batchnorm(inputs):
+    """``aten.native_batch_norm`` in training mode without running stats on [M, N] (N the
+    channels): (y, save_mean [N], save_invstd [N]), the statistics in float."""
+    x, w, b = inputs
+    if _on_cpu_in_float(x):
+        y, mean, invstd = torch.ops.aten.native_batch_norm(x.float(), w.float(), b.float(), None, None, True, 0.1, NORM_EPS)
+        return [y.to(x.dtype), mean, invstd]
+    return list(torch.ops.aten.native_batch_norm(x, w, b, None, None, True, 0.1, NORM_EPS))
+
+
+def _eager_seed001(inputs):
+    """Seed 001's eager reference (float math, bf16 outputs), from fuser/examples."""
+    from fuser.examples.rmsnorm_backward import eager_reference
+
+    return eager_reference(list(inputs))
+
+
+def _define_seed001(fd: FusionDefinition) -> None:
+    """Seed 001's definition: the report's program verbatim (fuser/examples)."""
+    from fuser.examples.rmsnorm_backward import rmsnorm_backward
+
+    rmsnorm_backward(fd)
+
+
 def _reduction_fusions() -> tuple[BenchFusion, ...]:
     """RMSNorm / LayerNorm / softmax forward, inner and outer sum, var_mean; bf16 and fp32;
     each at every shape of REDUCTION_SHAPES (the sums also at LARGE, [16384, 8192])."""
     out = []
     for dt, tdt, tag in ((DataType.BFloat16, torch.bfloat16, "bf16"), (DataType.Float, torch.float32, "fp32")):
-        common = dict(shapes=REDUCTION_SHAPES, quick_shapes=REDUCTION_QUICK_SHAPES)
-        sums = dict(shapes=REDUCTION_SHAPES + (LARGE,), quick_shapes=REDUCTION_QUICK_SHAPES)
+        common = dict(shapes=REDUCTION_SHAPES, quick_shapes=REDUCTION_QUICK_SHAPES, group="reduction")
+        sums = dict(shapes=REDUCTION_SHAPES + (LARGE,), quick_shapes=REDUCTION_QUICK_SHAPES, group="reduction")
         out += [
             BenchFusion(
                 f"rmsnorm_fwd_{tag}", _rmsnorm_fwd(dt), _norm_inputs(tdt, 1), _eager_rmsnorm, reduced=(1,),
@@ -479,6 +733,56 @@ def _reduction_fusions() -> tuple[BenchFusion, ...]:
     return tuple(out)
 
 
+def _backward_fusions() -> tuple[BenchFusion, ...]:
+    """RMSNorm / LayerNorm / softmax backward and the outer-persistent batch norm, bf16 and
+    fp32, each at every shape of BACKWARD_SHAPES; then seed 001 at its one shape (bf16)."""
+    out = []
+    for dt, tdt, tag in ((DataType.BFloat16, torch.bfloat16, "bf16"), (DataType.Float, torch.float32, "fp32")):
+        common = dict(shapes=BACKWARD_SHAPES, quick_shapes=REDUCTION_QUICK_SHAPES, group="backward")
+        out += [
+            # dx sums N terms gw x_hat / N per row; dweight sums M terms grad x_hat per column
+            BenchFusion(
+                f"rmsnorm_bwd_{tag}", _rmsnorm_bwd(dt), _rmsnorm_bwd_inputs(tdt), _eager_rmsnorm_bwd,
+                reduced=(0, 1), output_reduced=((1,), (0,)), scales=lambda n: (1.0 / n, 1.0),
+                description=f"{tag} grad, x [M, N], rstd (float [M, 1]), weight [N]: RMSNorm backward in "
+                            f"float; dx [M, N] and dweight [N] ({tag})",
+                **common,
+            ),
+            BenchFusion(
+                f"layernorm_bwd_{tag}", _layernorm_bwd(dt), _layernorm_bwd_inputs(tdt), _eager_layernorm_bwd,
+                reduced=(0, 1), output_reduced=((1,), (0,), (0,)), scales=lambda n: (1.0 / n, 1.0, 1.0),
+                description=f"{tag} grad, x [M, N], mean, rstd (float [M, 1]), weight [N]: LayerNorm backward "
+                            f"in float; dx [M, N], dweight and dbias [N] ({tag})",
+                **common,
+            ),
+            # dx = y (dy - s): s sums N terms dy y of about 1/N each, and y <= 1
+            BenchFusion(
+                f"softmax_bwd_{tag}", _softmax_bwd(dt), _softmax_bwd_inputs(tdt), _eager_softmax_bwd,
+                reduced=(1,), scales=lambda n: (1.0 / n,),
+                description=f"{tag} dy, y [M, N]: softmax backward over N in float; dx [M, N] ({tag})",
+                **common,
+            ),
+            # as LayerNorm forward, along the other axis: mean sums x / M, invstd errs relatively
+            BenchFusion(
+                f"batchnorm_fwd_{tag}", _batchnorm_fwd(dt), _norm_inputs(tdt, 2), _eager_batchnorm,
+                reduced=(0,), scales=lambda n: (1.0 / n, 1.0 / n, 0.0),
+                description=f"{tag} x [M, N], weight, bias [N]: batch-norm training forward, statistics over "
+                            f"M per column (outer persistent); y ({tag}), mean and invstd (float [N])",
+                **common,
+            ),
+        ]
+    out.append(BenchFusion(
+        "seed001_rmsnorm_bwd_bf16", _define_seed001, _seed001_inputs, _eager_seed001,
+        shapes=(SEED001_SHAPE,), quick_shapes=(SEED001_SHAPE,), small_shape=SEED001_SHAPE,
+        # per output, the dims of T0 [56, 1024, 1024] it sums over: T49 and T61 over dim 1,
+        # T63 and T67 over dims 0 and 1, dx (T131) over dim 2
+        reduced=(0, 1, 2), output_reduced=((1,), (1,), (0, 1), (0, 1), (2,)), group="backward",
+        description="seed 001 (nvFuser issue 2473): Thunder's RMSNorm backward, bf16 [56, 1024, 1024] with "
+                    "expanded inputs, sizes fixed by its definition; four bf16 reductions and dx (bf16)",
+    ))
+    return tuple(out)
+
+
 FUSIONS: tuple[BenchFusion, ...] = (
     BenchFusion(
         "gelu_tanh_bf16", _define_gelu_bf16, _one(torch.bfloat16, 3.0), _eager_gelu,
@@ -501,9 +805,17 @@ FUSIONS: tuple[BenchFusion, ...] = (
         shape=(8, 8), quick_shape=(8, 8), kind="latency",
         description="the GELU fusion on [8, 8]: host cost of one launch",
     ),
-) + _reduction_fusions()
+) + _reduction_fusions() + _backward_fusions()
 
 _BY_NAME = {f.name: f for f in FUSIONS}
+
+#: group name -> the names of its fusions, in FUSIONS order: "pointwise" (the memory-bound
+#: elementwise fusions and the launch-latency one), "reduction" (the forward reductions and
+#: normalisations), "backward" (the backward normalisations, the batch norm, seed 001)
+GROUPS: dict[str, tuple[str, ...]] = {
+    g: tuple(f.name for f in FUSIONS if f.group == g) for g in dict.fromkeys(f.group for f in FUSIONS)
+}
+assert not set(GROUPS) & set(_BY_NAME), "a group may not be named like a fusion"
 
 
 def by_name(name: str) -> BenchFusion:
@@ -512,6 +824,22 @@ def by_name(name: str) -> BenchFusion:
         return _BY_NAME[name]
     except KeyError:
         raise KeyError(f"no benchmark fusion {name!r}; known: {', '.join(_BY_NAME)}") from None
+
+
+def select(names: Sequence[str] | None) -> list[BenchFusion]:
+    """The fusions named by `names`, each a fusion or a `GROUPS` name (all of its fusions),
+    in the order given, each once; every fusion when `names` is empty or None. KeyError,
+    listing the known names and groups, for an unknown one."""
+    if not names:
+        return list(FUSIONS)
+    chosen: dict[str, BenchFusion] = {}
+    for name in names:
+        if name not in GROUPS and name not in _BY_NAME:
+            raise KeyError(f"no benchmark fusion {name!r}; groups: {', '.join(GROUPS)}; "
+                           f"known: {', '.join(_BY_NAME)}")
+        for n in GROUPS.get(name, (name,)):
+            chosen.setdefault(n, _BY_NAME[n])
+    return list(chosen.values())
 
 
 def define(name: str) -> FusionDefinition:

@@ -1,8 +1,9 @@
 """`python -m fuser bench`: kernel time of fuser against eager PyTorch and torch.compile.
 
-On a CUDA device, for each benchmark fusion (fuser/benchmarks/fusions.py), at each of its
-shapes (``--quick``: its quick subset), and on the same inputs: fuser (``fd.execute``), the
-eager PyTorch function and ``torch.compile`` of it (default mode). Reported: the median
+On a CUDA device, for each benchmark fusion (fuser/benchmarks/fusions.py; ``--only`` picks
+fusions by name or by group: pointwise, reduction, backward), at each of its shapes
+(``--quick``: its quick subset), and on the same inputs: fuser (``fd.execute``), the eager
+PyTorch function and ``torch.compile`` of it (default mode). Reported: the median
 kernel time (CUDA events around a loop of calls, see `fuser.benchmarks.kernel_time`), the
 bytes a kernel must move, the achieved bandwidth as a percentage of the measured
 device-to-device copy bandwidth, a correctness check of fuser against eager (dtype-aware
@@ -114,9 +115,8 @@ def _first_line(e: BaseException) -> str:
 
 
 def _select(only: Sequence[str] | None) -> list[F.BenchFusion]:
-    if not only:
-        return list(F.FUSIONS)
-    return [F.by_name(n) for n in only]
+    """The fusions `--only` names (fusions or groups, see `fuser.benchmarks.fusions.select`)."""
+    return F.select(only)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -498,7 +498,7 @@ def run_bench(*, quick: bool = False, plot: str | None = None, only: Sequence[st
 
 def add_parser(sub: Any) -> None:
     """Register the `bench` subcommand on an argparse subparsers object."""
-    names = ", ".join(f.name for f in F.FUSIONS)
+    groups = "; ".join(f"{g}: {', '.join(names)}" for g, names in F.GROUPS.items())
     p = sub.add_parser(
         "bench",
         help="time fuser's kernels against eager PyTorch and torch.compile (CUDA); check them on CPU otherwise",
@@ -507,5 +507,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--quick", action="store_true",
                    help="fewer iterations, and each fusion at its quick shapes only (a subset for the reductions)")
     p.add_argument("--plot", metavar="OUT.png", default=None, help="also draw a bar chart (needs matplotlib)")
-    p.add_argument("--only", nargs="+", metavar="NAME", default=None, help=f"run only these fusions ({names})")
+    p.add_argument("--only", nargs="+", metavar="NAME", default=None,
+                   help=f"run only these fusions, or every fusion of these groups "
+                        f"({', '.join(F.GROUPS)}; e.g. --only backward). Groups and their fusions: {groups}")
     p.add_argument("--cpu", action="store_true", help="only run and check each fusion on CPU, even with CUDA")
