@@ -7,7 +7,6 @@ The generic CPU check of every fusion against its eager function at `small_shape
 `FUSIONS`); here: odd shapes, the eager references against autograd, bytes moved,
 tolerances, and the CLI's group selection."""
 import math
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -250,27 +249,10 @@ def test_bench_cpu_backward_group_in_process(capsys):
 @pytest.mark.parametrize("quick", [False, True])
 def test_cuda_path_times_every_backward_shape(monkeypatch, capsys, quick):
     # the CUDA path with the GPU parts replaced: one row per (fusion, shape)
-    import fuser.benchmarks as B
+    from test_bench_cli import run_cuda_faked
 
-    timed = []
-
-    def fake_row(f, shape, *, iters, repeats, latency_calls):
-        """A timed row without a GPU: records what would be timed."""
-        timed.append((f.name, tuple(shape)))
-        row = bench_cli._Row(f, tuple(shape))
-        row.nbytes = f.bytes_moved(f.make_inputs("meta", shape))
-        row.times = {i: B.KernelTime(100.0, 5.0, False, iters, repeats) for i in bench_cli._IMPLS}
-        row.check, row.path = "ok", "1 kernel (inner_outer_persistent)"
-        return row
-
-    props = SimpleNamespace(name="Fake H100", major=9, minor=0, total_memory=80 * 2**30, L2_cache_size=50 * 2**20)
-    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda *_: props)
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-    monkeypatch.setattr(B, "copy_bandwidth", lambda *a, **k: (3.0e12, B.KernelTime(700.0, 1.0, False, 20, 5)))
-    monkeypatch.setattr(bench_cli, "_bench_row", fake_row)
-    rc = bench_cli._run_cuda(select(["backward"]), quick=quick, plot=None)
-    out = capsys.readouterr().out
-    assert rc == 0, out
+    out, timed = run_cuda_faked(monkeypatch, capsys, select(["backward"]), quick=quick,
+                                path="1 kernel (inner_outer_persistent)")
     want = [(n, s) for n in SYMBOLIC for s in (REDUCTION_QUICK_SHAPES if quick else BACKWARD_SHAPES)]
     assert timed == want + [(SEED001, SEED001_SHAPE)]
     rows = [ln for ln in out.splitlines() if ln.split()[:1] == [SEED001]]

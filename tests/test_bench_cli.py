@@ -250,9 +250,9 @@ def test_fuser_path_names_schedulers_and_executors():
     assert bench_cli._fuser_path(fd) == "reference (inner_persistent)"
 
 
-@pytest.mark.parametrize("quick", [False, True])
-def test_cuda_path_times_every_shape(monkeypatch, capsys, quick):
-    # the CUDA path with the GPU parts replaced: one row per (fusion, shape), the shape column
+def run_cuda_faked(monkeypatch, capsys, fusions, *, quick: bool, path: str) -> tuple[str, list]:
+    """`bench`'s CUDA path over `fusions` with the GPU parts replaced (each row timed at
+    100 us, its fuser path `path`): the output and the (fusion, shape) rows timed."""
     import fuser.benchmarks as B
 
     timed = []
@@ -260,10 +260,10 @@ def test_cuda_path_times_every_shape(monkeypatch, capsys, quick):
     def fake_row(f, shape, *, iters, repeats, latency_calls):
         timed.append((f.name, tuple(shape)))
         row = bench_cli._Row(f, tuple(shape))
-        row.nbytes = f.bytes_moved([torch.empty(shape, dtype=torch.float32, device="meta")])
+        row.nbytes = f.bytes_moved(f.make_inputs("meta", shape))
         t = B.KernelTime(100.0, 5.0, False, iters, repeats)
         row.times = {i: t for i in bench_cli._IMPLS}
-        row.check, row.path = "ok", "reference (reduction)"
+        row.check, row.path = "ok", path
         return row
 
     props = SimpleNamespace(name="Fake H100", major=9, minor=0, total_memory=80 * 2**30, L2_cache_size=50 * 2**20)
@@ -271,9 +271,17 @@ def test_cuda_path_times_every_shape(monkeypatch, capsys, quick):
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(B, "copy_bandwidth", lambda *a, **k: (3.0e12, B.KernelTime(700.0, 1.0, False, 20, 5)))
     monkeypatch.setattr(bench_cli, "_bench_row", fake_row)
-    rc = bench_cli._run_cuda([by_name("sum_inner_fp32"), by_name("cast_chain")], quick=quick, plot=None)
+    rc = bench_cli._run_cuda(list(fusions), quick=quick, plot=None)
     out = capsys.readouterr().out
     assert rc == 0, out
+    return out, timed
+
+
+@pytest.mark.parametrize("quick", [False, True])
+def test_cuda_path_times_every_shape(monkeypatch, capsys, quick):
+    # one row per (fusion, shape), the shape column
+    out, timed = run_cuda_faked(monkeypatch, capsys, [by_name("sum_inner_fp32"), by_name("cast_chain")], quick=quick,
+                                path="reference (reduction)")
     f = by_name("sum_inner_fp32")
     shapes = f.quick_shapes if quick else f.shapes
     assert timed == [("sum_inner_fp32", s) for s in shapes] + [

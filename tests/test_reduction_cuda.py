@@ -221,12 +221,18 @@ def test_reference_check_path_on_cpu(poisoned_outputs):
     names = ["sum_bf16_inner_n1025", "var_mean_c1_fp32_outer", "softmax_bf16_n127", "layernorm_bf16_n3",
              "sum_fp32_empty_reduced_dim", "sums_both_directions_fp32", "sum_fp32_stride_order_dims1",
              "sum_fp32_inner_n1", "welford_int32_inner"]
-    by_name = {c.name: c for c in CPU_CASES}
+    check_reference_path_on_cpu(CPU_CASES, names, poisoned_outputs)
+
+
+def check_reference_path_on_cpu(cases, names: list[str], poisoned_outputs) -> None:
+    """The GPU tests' path (execute, reference, second call) for the named `cases` on CPU
+    tensors: every segment on the reference executor, and no kernel allocating anything."""
+    by_name = {c.name: c for c in cases}
     for name in names:
         poisoned_outputs.round = 0
         segs = check_against_reference(by_name[name], "cpu", poisoned_outputs, strict=False)
         assert segs and all(not ran for _, ran in segs)
-    assert poisoned_outputs.allocations == 0  # no generated kernel allocated anything on CPU
+    assert poisoned_outputs.allocations == 0
 
 
 def test_cases_cover_item_6():
