@@ -167,10 +167,12 @@ def geo_red_classes(sub: SubFusion, geo: ReductionGeometry) -> set[int]:
     return {sub.uf.find(sub.a.id_of(i)) for i in geo.red_axes}
 
 
-#: threads per block of an inner-outer kernel (rows of the block over threadIdx.y): on an
-#: H100, RMSNorm backward bf16 [16384, 4096] ran at 86% of copy with 256 x 2 threads
-#: against 77% with 256 x 1, LayerNorm backward at 67% against 64%
+#: threads and rows per block of an inner-outer kernel (rows over threadIdx.y), at most:
+#: on an H100, RMSNorm backward bf16 [16384, 4096] ran at 86% of copy with 256 x 2 threads
+#: against 77% with 256 x 1 (LayerNorm backward 67% against 64%); over rows of 1024,
+#: 64 x 4 threads ran at 74% against 60% with 64 x 8 and 67% with 64 x 2
 INNER_OUTER_BLOCK_THREADS = 512
+INNER_OUTER_BLOCK_ROWS = 4
 
 
 def inner_outer_heuristics(sub: SubFusion, geo: ReductionGeometry, vectorize: int) -> ReductionParams:
@@ -181,5 +183,5 @@ def inner_outer_heuristics(sub: SubFusion, geo: ReductionGeometry, vectorize: in
 
     n_outer = sum(1 for r in sub.reductions() if not r.is_inner)
     p = inner_persistent_heuristics(sub, geo, vectorize, extra_held=4 * n_outer)
-    bdy = max(1, min(INNER_OUTER_BLOCK_THREADS // p.bdx, _pow2_ceil(geo.n_iter)))
+    bdy = max(1, min(INNER_OUTER_BLOCK_THREADS // p.bdx, INNER_OUTER_BLOCK_ROWS, _pow2_ceil(geo.n_iter)))
     return dataclasses.replace(p, bdy=bdy)
