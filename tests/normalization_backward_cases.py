@@ -33,9 +33,7 @@ from reduction_cases import RAND_RMS, Case, rand
 
 #: the schedulers whose segments must run as generated kernels here (issue 9: the
 #: persistent ones too, not only `reduction_cases.KERNEL_SCHEDULERS`)
-#: (outer_persistent is not among them yet: its kernels are not built (issue 9, item 1), so
-#: its segments run on the reference executor, which these tests then check against itself)
-NORM_KERNEL_SCHEDULERS = ("reduction", "inner_persistent", "inner_outer_persistent")
+NORM_KERNEL_SCHEDULERS = ("reduction", "inner_persistent", "outer_persistent", "inner_outer_persistent")
 PATTERNS = ("rms_bwd", "ln_bwd", "softmax_bwd", "bn_outer")
 ROWS = (1, 7, 1000, 16384)
 ROW_LENGTHS = (3, 127, 1024, 4097, 16385)

@@ -206,3 +206,56 @@ def test_every_reduction_case_generates_and_compiles():
     sources = [src for _, src in _case_sources()]
     assert len(sources) > 100
     assert compile_all(sources)[:4] == b"\x7fELF"
+
+
+def _batch_norm(dtype: DataType):
+    """Batch-norm training forward over channels-last [M, N]: statistics over M."""
+    def build(fd):
+        x0 = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=dtype)
+        w = fd.define_tensor(shape=[-1], contiguity=[True], dtype=DataType.Float)
+        b = fd.define_tensor(shape=[-1], contiguity=[True], dtype=DataType.Float)
+        x = fd.ops.cast(x0, DataType.Float)
+        var, mean = fd.ops.var_mean(x, dims=[0], correction=0, keepdim=False)
+        inv = fd.ops.rsqrt(fd.ops.add(var, fd.define_scalar(1e-5, dtype=DataType.Double)))
+        sh = x.shape()
+        y = fd.ops.mul(fd.ops.sub(x, fd.ops.broadcast_in_dim(mean, shape=sh, broadcast_dims=[1])),
+                       fd.ops.broadcast_in_dim(inv, shape=sh, broadcast_dims=[1]))
+        y = fd.ops.add(fd.ops.mul(y, fd.ops.broadcast_in_dim(w, shape=sh, broadcast_dims=[1])),
+                       fd.ops.broadcast_in_dim(b, shape=sh, broadcast_dims=[1]))
+        fd.add_output(fd.ops.cast(y, dtype))
+        fd.add_output(mean)
+        fd.add_output(inv)
+    return build
+
+
+def _bn_inputs(m, n, dtype=torch.bfloat16):
+    return [_meta((m, n), dtype), _meta((n,)), _meta((n,))]
+
+
+@pytest.mark.nvcc
+def test_outer_persistent_kernels_compile_for_sm90():
+    sources = []
+    for dt, tdt in ((DataType.BFloat16, torch.bfloat16), (DataType.Float, torch.float32)):
+        for m, n in ((1000, 1024), (7, 3), (1, 127), (500, 4097), (64, 96)):
+            src, _ = _code(_batch_norm(dt), _bn_inputs(m, n, tdt))
+            assert src.count("__global__") == 1, (dt, m, n)
+            sources.append(src)
+    assert compile_all(sources)[:4] == b"\x7fELF"
+
+
+def test_outer_persistent_holds_its_rows_and_allreduces_across_the_grid():
+    src, _ = _code(_batch_norm(DataType.BFloat16), _bn_inputs(1000, 1024))
+    # one kernel: rows loaded once, statistics combined over the block and the grid, which
+    # synchronises (two blocks per SM fit, so all are resident), then y from registers
+    assert src.count("__global__") == 1 and "__launch_bounds__(256, 2)" in src
+    assert "fuser::grid_sync(semaphore);" in src and "grid_arrive" not in src
+    assert src.count("fuser::load_vec<__bfloat, 4>(&r0[") == 1
+    # the column statistics are written by one block of each column group
+    assert "((nvfuser_index_t)blockIdx.y) == 0" in src
+
+
+def test_rows_too_many_to_hold_are_not_outer_persistent():
+    # [16384, 4096] bf16 cannot be held by the GPU's registers: the statistics and the
+    # normalisation are separate kernels
+    src, _ = _code(_batch_norm(DataType.BFloat16), _bn_inputs(16384, 4096))
+    assert src.count("__global__") >= 2 and "grid_sync" not in src

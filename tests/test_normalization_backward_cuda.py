@@ -5,9 +5,9 @@ backward and a batch-norm-like outer persistent normalisation.
 The machinery is tests/test_reduction_cuda.py's, imported (not copied): the per-test seed,
 the poisoned-outputs fixture, `check_against_reference`, `ran_segments` and
 `assert_kernels_ran`. Here the strict "ran as generated kernels" assertion covers every
-scheduler a normalisation lands in whose kernels are built (`NORM_KERNEL_SCHEDULERS`:
-reduction, inner_persistent, inner_outer_persistent); FUSER_TEST_ALLOW_REFERENCE=1 turns it
-into a warning, as there.
+scheduler a normalisation lands in (`NORM_KERNEL_SCHEDULERS`: reduction, inner_persistent,
+outer_persistent, inner_outer_persistent); FUSER_TEST_ALLOW_REFERENCE=1 turns it into a
+warning, as there.
 
 On the GPU (`gpu`-marked, one by one; skipped without CUDA): each case runs through
 fd.execute with its outputs poisoned, matches the reference executor, and again on new
@@ -139,9 +139,6 @@ def test_norm_backward_runs_as_one_inner_outer_segment_on_gpu(case):
 def test_norm_backward_kernel_matches_reference(case, poisoned_outputs):
     pytest.importorskip("pycuda")
     segs = check_against_reference(case, "cuda", poisoned_outputs)
-    if any(s == "outer_persistent" for s, _ in segs):
-        pytest.xfail("outer-persistent kernels are not built yet (issue 9, item 1): the segment ran on the "
-                     "reference executor, which this test would only compare with itself")
     assert any(s in NORM_KERNEL_SCHEDULERS for s, _ in segs) or not case.reduces, f"{case.name}: {segs}"
 
 
@@ -217,8 +214,7 @@ def test_case_matches_eager_on_cpu(case):
     segs = ran_segments(fd)
     assert segs and all(not ran for _, ran in segs)  # no generated kernels on the CPU
     if case.reduces:
-        reducing = (*NORM_KERNEL_SCHEDULERS, "outer_persistent")
-        assert any(s in reducing for s, _ in segs), f"{case.name}: no reduction segment in {segs}"
+        assert any(s in NORM_KERNEL_SCHEDULERS for s, _ in segs), f"{case.name}: no reduction segment in {segs}"
 
 
 @pytest.mark.usefixtures("one_cpu_thread")
@@ -303,7 +299,7 @@ def test_layouts(layout):
 
 
 def test_strict_assertion_covers_the_persistent_schedulers(monkeypatch):
-    """Here assert_kernels_ran fails for any of the three schedulers' segments left on the
+    """Here assert_kernels_ran fails for any of the four schedulers' segments left on the
     reference executor, and FUSER_TEST_ALLOW_REFERENCE=1 makes that a warning."""
     monkeypatch.delenv("FUSER_TEST_ALLOW_REFERENCE", raising=False)
     for sched in NORM_KERNEL_SCHEDULERS:
@@ -314,7 +310,7 @@ def test_strict_assertion_covers_the_persistent_schedulers(monkeypatch):
         assert_kernels_ran([("inner_outer_persistent", False)], "allowed")
     monkeypatch.setenv("FUSER_TEST_ALLOW_REFERENCE", "0")
     with pytest.raises(pytest.fail.Exception):
-        assert_kernels_ran([("inner_persistent", False)], "strict again")
+        assert_kernels_ran([("outer_persistent", False)], "strict again")
     assert_kernels_ran([(s, True) for s in NORM_KERNEL_SCHEDULERS] + [("pointwise", False)], "ok")
 
 

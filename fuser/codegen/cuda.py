@@ -47,12 +47,17 @@ def kernel_source(kernel: Kernel) -> str:
         *(f'#include "{h}"' for h in kernel.includes),
         f"typedef {_INDEX_CTYPE[kernel.index_type]} {INDEX_TYPE};",
         "",
-        f'extern "C" __global__ void __launch_bounds__({max(kernel.threads * kernel.threads_y, 1)}) {kernel.name}(',
+        f'extern "C" __global__ void __launch_bounds__({_launch_bounds(kernel)}) {kernel.name}(',
     ]
     lines.append(",\n".join(f"    {param_decl(p)}" for p in kernel.params) + ") {")
     statements(kernel.body, lines, 1)
     lines.append("}")
     return "\n".join(lines) + "\n"
+
+
+def _launch_bounds(kernel: Kernel) -> str:
+    threads = max(kernel.threads * kernel.threads_y, 1)
+    return f"{threads}, {kernel.min_blocks}" if kernel.min_blocks else str(threads)
 
 
 def param_decl(p: Param) -> str:

@@ -39,7 +39,10 @@ def block_allreduce(s: BlockAllReduce) -> list[str]:
 def grid_reduce(s: GridReduce) -> list[str]:
     lines = [f"fuser::grid_write({expr(i.acc)}, {expr(i.work)}, {expr(i.slot)}, {s.slots}, {expr(s.writer)});"
              for i in s.items]
-    lines.append(f"if (!fuser::grid_arrive({expr(s.semaphore)}, &{expr(s.flag)})) return;")
+    if s.all_blocks:
+        lines.append(f"fuser::grid_sync({expr(s.semaphore)});")
+    else:
+        lines.append(f"if (!fuser::grid_arrive({expr(s.semaphore)}, &{expr(s.flag)})) return;")
     over = "true" if s.over_x else "false"
     for i in s.items:
         init = f"{welford_ctype(i.dtype)}{{}}" if i.op is None else expr(i.init)

@@ -107,7 +107,7 @@ class InnerOuterLowering(ReductionLowering):
         self._partials()
         self.body.append(GridSync(self.params.semaphore()))
         self._columns(blocks)
-        return self._kernel(grid_sync=True)
+        return self._kernel(grid_sync=True, grid_strided=True)
 
     def _alternate_scratch(self, rows: list, it: Var) -> list:
         """The rows' block reductions leave their scratch to the next one's barrier (see

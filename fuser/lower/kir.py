@@ -389,12 +389,14 @@ class GridReduce:
     slots: int
     writer: Expr
     over_x: bool
+    #: every block gets the totals (an allreduce across the grid: the blocks synchronise,
+    #: all must be resident) rather than only the last to arrive
+    all_blocks: bool = False
 
 
 @dataclass
 class GridSync:
-    """A barrier for every block of the grid (all resident: the kernel's `grid_sync` caps
-    its grid). `semaphore` holds two zeroed counters. Prints `fuser::grid_sync(sem);`."""
+    """A barrier for every block of the grid (all resident: see Kernel.grid_sync). `semaphore` holds two zeroed counters. Prints `fuser::grid_sync(sem);`."""
 
     semaphore: Expr
 
@@ -451,9 +453,14 @@ class Kernel:
     threads_y: int = 1
     #: runtime headers besides the main one (block and grid reductions)
     includes: tuple[str, ...] = ()
-    #: the kernel synchronises its whole grid (GridSync): launch at most as many blocks
-    #: as the GPU holds at once
+    #: the kernel synchronises its whole grid (GridSync): every block must be resident.
+    #: With `grid_strided` its blocks stride over the work (the launch caps the grid at the
+    #: blocks the GPU holds); without, its grid is fixed and `min_blocks` per SM (the
+    #: compiler keeps registers low enough) guarantees the residency
     grid_sync: bool = False
+    grid_strided: bool = False
+    #: blocks per SM the compiler must make room for (__launch_bounds__'s second argument)
+    min_blocks: int = 0
 
 
 

@@ -259,6 +259,10 @@ class ReductionLowering:
 
     def _kernel(self, **kw) -> Kernel:
         p = self.p
+        if p.persistent and not p.inner and p.grid_y > 1:  # an outer-persistent grid allreduce
+            from fuser.scheduler.normalization import OUTER_PERSISTENT_MIN_BLOCKS
+
+            kw = {"grid_sync": True, "min_blocks": OUTER_PERSISTENT_MIN_BLOCKS, **kw}
         return Kernel(self.name, self.params.params, self._shared_decls + self.body, p.index_type, threads=p.bdx, threads_y=p.bdy,
                       includes=("fuser_reduction.cuh",), **kw)
 
@@ -522,7 +526,7 @@ class ReductionLowering:
         square = kir.Binary(kir.BinaryOpType.Mul, dev, dev, acc_dt, acc_dt, acc_dt)
         second = [Assign(Var(tm2), kir.Binary(kir.BinaryOpType.Add, Var(tm2), square, acc_dt, acc_dt, acc_dt))]
         acc = Element(Var(name), lane) if lane is not None else Var(name)
-        if self.p.persistent:
+        if self.p.persistent and self.p.inner:
             # the whole row is in registers: two passes over it (the sum, then the squared
             # deviations from the row's mean) cost two float block reductions, far less than
             # combining Welford triples across the block
@@ -599,7 +603,9 @@ class ReductionLowering:
                     items.append(GridItem(acc, None if welford else e.op_type, acc_dt, init, work,
                                           Var(self._shared(acc_dt, welford)), slot))
             writer = eq(_tid(ParallelType.TIDx if p.inner else ParallelType.TIDy), 0)
-            self.body.append(GridReduce(items, self.params.semaphore(), Var("flag"), self._slots(), writer, p.inner))
+            # a persistent kernel's blocks all need the totals (their rows are in registers)
+            self.body.append(GridReduce(items, self.params.semaphore(), Var("flag"), self._slots(), writer, p.inner,
+                                        all_blocks=p.persistent))
         for e, name, acc_dt in accs:
             if isinstance(e, WelfordOp):
                 for out, field in zip(e.outputs, ("avg", "m2", "n")):
@@ -648,6 +654,8 @@ class ReductionLowering:
         row, _ = self._row_col(IntLit(0), IntLit(0), v if not p.inner else IntLit(0))
         idx = self._indices(row, IntLit(0))
         writer = eq(_tid(ParallelType.TIDx if p.inner else ParallelType.TIDy), 0)
+        if p.persistent and p.grid_y > 1:  # every block of a column group has the totals
+            writer = all_of([writer, eq(_tid(ParallelType.BIDy), 0)])
         for tv in self.fusion.outputs:
             if not isinstance(tv, TensorView) or self.full(tv) or tv in self._final:
                 continue

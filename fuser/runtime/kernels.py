@@ -137,12 +137,14 @@ class GeneratedKernel:
             # every block must be resident at once for the grid barrier
             threads = self.block[0] * self.block[1]
             resident = compiled.max_active_blocks(threads) * self.info.device_limits.sm_count
-            if resident < 1:
-                raise NotLowerable(f"kernel {self.kernel.name} fits no block of {threads} threads on an SM")
-            # as few blocks as give each the same number of row groups (a last round
-            # with a few blocks busy would cost a whole round)
-            rounds = -(-self.grid[0] // resident)
-            self.grid = (-(-self.grid[0] // rounds), 1, 1)
+            if self.kernel.grid_strided and resident >= 1:
+                # as few blocks as give each the same number of row groups (a last round
+                # with a few blocks busy would cost a whole round)
+                rounds = -(-self.grid[0] // resident)
+                self.grid = (-(-self.grid[0] // rounds), 1, 1)
+            elif self.grid[0] * self.grid[1] > resident:
+                raise NotLowerable(f"kernel {self.kernel.name} synchronises {self.grid[0] * self.grid[1]} blocks of "
+                                   f"{threads} threads, but the GPU holds {resident} at once")
         self.compiled = compiled
 
     def allocate_outputs(self) -> list[torch.Tensor]:
@@ -256,10 +258,10 @@ def kernels_available(device: torch.device) -> bool:
 
 
 def prepare_reduction(fusion: Fusion, args: Sequence[Any], device: torch.device | None = None, *,
-                      persistent: bool = False) -> GeneratedKernel:
-    """Schedule and lower a reduction (or, with `persistent`, an inner-persistent) segment
-    for the call whose inputs are `args` on `device`; raises NotLowerable for what these
-    kernels do not cover (the segment then runs on the reference executor)."""
+                      persistent: bool = False, outer: bool = False) -> GeneratedKernel:
+    """Schedule and lower a reduction (or, with `persistent`, an inner-persistent; with
+    `outer` too, an outer-persistent) segment for the call whose inputs are `args` on
+    `device`; raises NotLowerable for what these kernels do not cover."""
     from fuser.lower.reduction import lower_reduction
     from fuser.scheduler import normalization
     from fuser.scheduler import reduction as red
@@ -270,7 +272,13 @@ def prepare_reduction(fusion: Fusion, args: Sequence[Any], device: torch.device 
     reds = sub.reductions()
     if not reds:
         raise NotLowerable("no reduction")
-    geo = red.geometry(sub, rows=persistent)
+    if outer:
+        try:
+            geo, width, params = normalization.outer_persistent_plan(sub)
+        except ValueError as err:
+            raise NotLowerable(str(err)) from None
+    else:
+        geo = red.geometry(sub, rows=persistent)
     if geo.n_red == 0:
         if any(isinstance(r.expr, WelfordOp) for r in reds):
             raise NotLowerable("a mean over no elements (NaN, which an empty Welford accumulator does not hold)")
@@ -278,12 +286,13 @@ def prepare_reduction(fusion: Fusion, args: Sequence[Any], device: torch.device 
             if isinstance(tv, TensorView) and set(sub.classes_of(tv)) & reds[0].red_classes and info.numel(tv):
                 raise NotLowerable(f"output {tv!r} spans reduced axes with no elements but has elements itself")
     vec = vectorizable(sub, geo.vector_axis) if geo.vector_axis is not None else []
-    width = red.vector_width(sub, geo, vec, stride_alignment(sub, vec))
-    try:
-        params = (normalization.inner_persistent_heuristics(sub, geo, width) if persistent
-                  else red.heuristics(sub, geo, width))
-    except ValueError as err:
-        raise NotLowerable(str(err)) from None
+    if not outer:
+        width = red.vector_width(sub, geo, vec, stride_alignment(sub, vec))
+        try:
+            params = (normalization.inner_persistent_heuristics(sub, geo, width) if persistent
+                      else red.heuristics(sub, geo, width))
+        except ValueError as err:
+            raise NotLowerable(str(err)) from None
     red.schedule(fusion, geo)
     kernel = lower_reduction(fusion, geo.ref, params, frozenset(vec) if width > 1 else frozenset(), sub,
                              reds[0].red_classes, vector_class=_axis_class(sub, geo.vector_axis))
@@ -333,6 +342,7 @@ _PREPARE = {
     SchedulerType.reduction: prepare_reduction,
     SchedulerType.inner_persistent: lambda f, a, d=None: prepare_reduction(f, a, d, persistent=True),
     SchedulerType.inner_outer_persistent: prepare_inner_outer,
+    SchedulerType.outer_persistent: lambda f, a, d=None: prepare_reduction(f, a, d, persistent=True, outer=True),
 }
 
 

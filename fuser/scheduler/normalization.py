@@ -64,7 +64,13 @@ def outer_reason(sub: SubFusion) -> str | None:
         return "some reduction is over the innermost axes"
     if not _same_axes(reds):
         return "reductions over different axes"
-    return _fits(sub)
+    if sub.a.info is None:
+        return None
+    try:
+        outer_persistent_plan(sub)
+    except ValueError as err:
+        return str(err)
+    return None
 
 
 def inner_outer_reason(sub: SubFusion) -> str | None:
@@ -173,6 +179,45 @@ def geo_red_classes(sub: SubFusion, geo: ReductionGeometry) -> set[int]:
 #: 64 x 4 threads ran at 74% against 60% with 64 x 8 and 67% with 64 x 2
 INNER_OUTER_BLOCK_THREADS = 512
 INNER_OUTER_BLOCK_ROWS = 4
+
+
+#: threads per block of an outer-persistent kernel, and bytes of held inputs per thread at
+#: most (its blocks must all be resident: two of 256 threads per SM leave 128 registers)
+OUTER_PERSISTENT_THREADS = 256
+OUTER_MAX_HELD_BYTES = 192
+#: blocks per SM an outer-persistent kernel is compiled to fit (__launch_bounds__)
+OUTER_PERSISTENT_MIN_BLOCKS = 2
+
+
+def outer_persistent_plan(sub: SubFusion) -> tuple[ReductionGeometry, int, ReductionParams]:
+    """(geometry, vector width, params) of an outer-persistent kernel: a block's threads
+    take `vectorize` adjacent columns each over threadIdx.x and rows over threadIdx.y, and
+    hold `unroll` rows of them; `grid_y` blocks share a column group, all resident at once
+    (their grid synchronises). Raises ValueError where the rows do not fit on the GPU."""
+    from .vectorize import stride_alignment, vectorizable
+
+    info = sub.a.info
+    geo = reduction.geometry(sub)
+    if geo.inner:
+        raise ValueError("the reduced axes are innermost in memory (not an outer reduction)")
+    vec = vectorizable(sub, geo.vector_axis) if geo.vector_axis is not None else []
+    vectorize = reduction.vector_width(sub, geo, vec, stride_alignment(sub, vec))
+    col_vecs = -(-geo.n_iter // vectorize)
+    bdx = min(32, _pow2_ceil(col_vecs))
+    bdy = max(1, min(OUTER_PERSISTENT_THREADS // bdx, _pow2_ceil(geo.n_red)))
+    blocks_x = -(-col_vecs // bdx)
+    resident = OUTER_PERSISTENT_MIN_BLOCKS * info.device_limits.sm_count
+    if blocks_x > resident:
+        raise ValueError(f"{blocks_x} blocks of columns, more than the {resident} an outer-persistent grid holds")
+    grid_y = max(1, min(resident // blocks_x, -(-geo.n_red // bdy)))
+    unroll = max(1, -(-geo.n_red // (bdy * grid_y)))
+    held = row_held_bytes(sub, geo_red_classes(sub, geo), 0) * unroll * vectorize
+    if held > OUTER_MAX_HELD_BYTES:
+        return_rows = bdy * grid_y * (OUTER_MAX_HELD_BYTES // max(1, held // unroll))
+        raise ValueError(f"{geo.n_red} rows need {held} bytes of registers per thread (at most "
+                         f"{OUTER_MAX_HELD_BYTES}: {return_rows} rows fit)")
+    grid_y = max(1, -(-geo.n_red // (bdy * unroll)))  # no block without rows
+    return geo, vectorize, ReductionParams(False, True, vectorize, bdx, bdy, unroll, grid_y, info.index_type)
 
 
 def inner_outer_heuristics(sub: SubFusion, geo: ReductionGeometry, vectorize: int) -> ReductionParams:
