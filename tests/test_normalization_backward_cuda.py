@@ -73,19 +73,7 @@ def _ids(cases):
 # ----------------------------------------------------------------------------------------------
 # segmentation: RMSNorm / LayerNorm backward in one inner_outer_persistent segment
 
-SPLIT_REASON = "segmenter splits RMSNorm backward (issue 9 item 3)"
 SEGMENTED_CASES = [c for c in CASES if c.pattern in ("rms_bwd", "ln_bwd")]
-
-
-def _split_today(case) -> bool:
-    """The cases whose whole fusion inner_outer_persistent accepts but the committed
-    segmenter cuts into two `reduction` segments: RMSNorm backward over rows of 16385."""
-    return case.pattern == "rms_bwd" and case.shape[1] == 16385 and case.shape[0] > 1
-
-
-def _segmentation_params():
-    return [pytest.param(c, id=c.name, marks=pytest.mark.xfail(strict=False, reason=SPLIT_REASON))
-            if _split_today(c) else pytest.param(c, id=c.name) for c in SEGMENTED_CASES]
 
 
 def assert_one_inner_outer_segment(fd, inputs, schedulers: list[str], what: str) -> None:
@@ -104,7 +92,7 @@ def _meta(inputs):
 
 
 @pytest.mark.usefixtures("one_cpu_thread")
-@pytest.mark.parametrize("case", _segmentation_params())
+@pytest.mark.parametrize("case", SEGMENTED_CASES, ids=_ids(SEGMENTED_CASES))
 def test_norm_backward_is_one_inner_outer_segment(case):
     """Every size, on meta inputs laid out as the case's (no data): the segmentation
     fd.execute would run (`segmented_fusion_for`: the SegmentedRunner whose runs
@@ -117,7 +105,7 @@ def test_norm_backward_is_one_inner_outer_segment(case):
 
 
 @gpu
-@pytest.mark.parametrize("case", _segmentation_params())
+@pytest.mark.parametrize("case", SEGMENTED_CASES, ids=_ids(SEGMENTED_CASES))
 def test_norm_backward_runs_as_one_inner_outer_segment_on_gpu(case):
     """The same claim on the GPU, from the segments fd.execute ran (this device's limits)."""
     pytest.importorskip("pycuda")

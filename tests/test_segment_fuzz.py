@@ -19,7 +19,13 @@ For each drawn fusion and its inputs:
   group for a connected fusion, a size-capped predicate groups no larger than the cap;
   all `none`, and all run to the same results;
 * segment_set: an op made by fd.ops.segment_set and the producer of its (computed)
-  operand never share a group: the operand crosses a boundary through memory.
+  operand never share a group: the operand crosses a boundary through memory;
+* merging ends at a fixed point (with and without remat and forwarding): when a scheduler
+  accepts the whole fusion and no segment_set cuts it, it is one group; and no pair of
+  groups joined by an edge is left whose merge would stay acyclic, keep every segment_set
+  boundary and be accepted by a scheduler (asked about the union of the two groups'
+  exprs, as the merged segment would hold them); each group's scheduler is the one the
+  registry proposes for it.
 
 A second property runs fd.segment(inputs): one FusionDefinition per group, each computing
 its group's outputs from its group's inputs. Fixed regression cases for what the fuzzing
@@ -36,6 +42,7 @@ from fuser import DataType, FusionDefinition
 from fuser.ir import TensorView
 from fuser.runtime.binding import bind_inputs
 from fuser.runtime.reference import ReferenceExecutor, run_reference
+from fuser.scheduler import FusionAnalysis, propose
 from fuser.scheduler.analysis import SCALAR, expr_kind, is_segmenter_set
 from fuser.scheduler.types import REGISTRY_ORDER, SchedulerType
 from fuser.frontend.segmentation import segment
@@ -194,6 +201,48 @@ def check_segment_sets(seg) -> None:
             assert x in edge_vals or x in outs, f"segment_set operand {x!r} is no boundary"
 
 
+def check_merged_to_fixed_point(seg) -> None:
+    """No merge the schedulers would take is left undone: the whole fusion is one group when
+    a scheduler accepts it (and no segment_set cuts it), and no producer/consumer pair of
+    groups remains whose union stays acyclic, keeps the segment_set boundaries and is
+    accepted by a scheduler. Each group's scheduler is the one the registry proposes."""
+    fusion = seg.complete_fusion
+    analysis = FusionAnalysis(fusion, seg.runtime_info)
+    groups = seg.groups
+    # (segment_set, producer of its operand): never in one group
+    cuts = [(e, e.inputs[0].definition) for e in fusion.exprs()
+            if is_segmenter_set(e) and e.inputs[0].definition is not None]
+    whole = propose(analysis.whole())
+    if whole is not None and not cuts:
+        assert len(groups) == 1, (f"{whole.value} accepts the whole fusion, segmented as "
+                                  f"{[g.scheduler.value for g in groups]}")
+    # each group's scheduler is the registry's first to accept it (a lone op none takes: ATen)
+    for gi, g in enumerate(groups):
+        st = propose(analysis.sub(analysis.expr_index[e] for e in g.exprs))
+        if st is None and len(g.owned) == 1:
+            st = SchedulerType.expr_eval
+        assert g.scheduler is st, f"group {gi} is {g.scheduler.value}, the registry proposes {st}"
+    index = {id(g): gi for gi, g in enumerate(groups)}
+    consumers: list[set[int]] = [set() for _ in groups]
+    for e in seg.edges:
+        consumers[index[id(e.from_group)]].add(index[id(e.to_group)])
+    # groups are in topological order: what each reaches, from the last one back
+    reach: list[set[int]] = [set() for _ in groups]
+    for gi in reversed(range(len(groups))):
+        for c in consumers[gi]:
+            reach[gi] |= {c} | reach[c]
+    for p, cs in enumerate(consumers):
+        for c in sorted(cs):
+            if any(c in reach[x] for x in cs if x != c):
+                continue  # a path through a third group: the merge would make a cycle
+            exprs = set(groups[p].exprs) | set(groups[c].exprs)
+            if any(s in exprs and d in exprs for s, d in cuts):
+                continue
+            st = propose(analysis.sub(analysis.expr_index[e] for e in exprs))
+            assert st is None, (f"groups {p} ({groups[p].scheduler.value}) and {c} ({groups[c].scheduler.value}) "
+                                f"were left apart, but {st.value} accepts them merged")
+
+
 def components(fusion) -> int:
     """Connected components of the tensor exprs (joined by the tensors they pass)."""
     exprs = [e for e in fusion.exprs() if expr_kind(e) != SCALAR]
@@ -275,6 +324,7 @@ def check_case(case: FusionCase) -> None:
         if not TOLERATE_REMAT_SEGMENT_SET_BUG:
             raise
         remat_segment_set_hits[0] += 1
+    check_merged_to_fixed_point(seg)
     same(fd.execute(inputs), "output")
     same(run_segmentation(seg, inputs, check_bytes=True), "group-by-group output")
     again = segment(fd, inputs)  # segmenting afresh gives the same cut
@@ -285,10 +335,12 @@ def check_case(case: FusionCase) -> None:
     no_remat = segment_fusion(fusion, info, rematerialize=False)
     check_structure(no_remat, custom=False, remat=False)
     check_segment_sets(no_remat)
+    check_merged_to_fixed_point(no_remat)
     same(run_segmentation(no_remat, inputs), "no-remat output")
     bare = segment_fusion(fusion, info, forwarding=False, rematerialize=False)
     check_structure(bare, custom=False, forwarding=False, remat=False)
     check_segment_sets(bare)
+    check_merged_to_fixed_point(bare)
     same(run_segmentation(bare, inputs), "no-remat no-forwarding output")
 
     # custom: never merge
@@ -498,3 +550,75 @@ def test_execute_after_segment_lays_out_an_expanded_intermediate():
         fd.add_output(fd.ops.matmul(fd.ops.permute(b, [1, 0]), ones))
 
     _execute_after_segment(build, [torch.randn(3)])
+
+
+# Found by check_merged_to_fixed_point (before the segmenter asked about the whole fusion
+# first and about merges with the forwarded work the merged segment recomputes).
+
+
+def test_whole_fusion_one_scheduler_takes_is_one_group_though_disconnected():
+    # A reduction and an unrelated pointwise op read nothing in common, so no merge pass
+    # offered them to each other: two groups, though the reduction scheduler takes both.
+    def build(fd):
+        t0 = fd.define_tensor(shape=[-1], contiguity=[True], dtype=DataType.Float)
+        t1 = fd.define_tensor(shape=[1], contiguity=[None], dtype=DataType.Float)
+        fd.add_output(fd.ops.sum(t0, dims=[0], keepdim=True))
+        fd.add_output(fd.ops.exp(t1))
+
+    fd = _define(build)
+    inputs = [torch.randn(5), torch.randn(1)]
+    seg = fd.segmented_fusion_for(inputs)
+    check_structure(seg, custom=False)
+    check_merged_to_fixed_point(seg)
+    assert [g.scheduler for g in seg.groups] == [SchedulerType.reduction]
+    assert_same_results(fd.execute(inputs), run_reference(fd.fusion, inputs))
+
+
+def test_merges_are_judged_with_the_forwarded_casts_they_recompute():
+    # The outer reduction of a bf16 input's float cast and the op reading both again fit
+    # one outer_persistent kernel when the kernel holds the bf16 row (the cast is forwarded:
+    # recomputed in the segment), not the float one the merge was once judged by. The
+    # segment_set elsewhere keeps the whole-fusion check out of it.
+    def build(fd):
+        t0 = fd.define_tensor(shape=[-1, -1, -1], contiguity=[True, True, True], dtype=DataType.BFloat16)
+        t1 = fd.ops.cast(t0, dtype=DataType.Float)
+        t2 = fd.ops.sum(t1, dims=[0], keepdim=False)
+        t3 = fd.ops.broadcast_in_dim(t2, shape=t0.shape(), broadcast_dims=[1, 2])
+        fd.add_output(fd.ops.sub(t1, t3))
+        t4 = fd.define_tensor(shape=[-1], contiguity=[True], dtype=DataType.Float)
+        fd.add_output(fd.ops.mul(fd.ops.segment_set(fd.ops.exp(t4)), 2.0))
+
+    fd = _define(build)
+    inputs = [torch.randn(HUGE, 3, 3).bfloat16(), torch.randn(4)]
+    seg = fd.segmented_fusion_for(inputs)
+    check_structure(seg, custom=False)
+    check_segment_sets(seg)
+    check_merged_to_fixed_point(seg)
+    assert SchedulerType.outer_persistent in [g.scheduler for g in seg.groups]
+    assert_same_results(fd.execute(inputs), run_reference(fd.fusion, inputs), huge=True)
+
+
+def test_groups_remat_leaves_mergeable_are_merged():
+    # Found by drawing fusions of up to 30 ops (fusions(max_ops=30)). Remat moves `neg(t6)` into the consumers of the resize group, after which the
+    # reduction group and the pointwise group reading both its result and that recomputed
+    # tensor are one inner_persistent kernel; the merge passes ran before remat, so a last
+    # pass over the producer/consumer pairs left has to merge them.
+    def build(fd):
+        t0 = fd.define_tensor(shape=[1, -1], contiguity=[None, True], dtype=DataType.Float)
+        t1 = fd.ops.neg(t0)
+        t2 = fd.ops.cat([t0, t1], dim=1)
+        t3 = fd.ops.slice(t2, start_indices=[0, 2], end_indices=[1, 4])
+        t5 = fd.ops.neg(fd.ops.neg(t3))
+        t6 = fd.ops.sum(t5, dims=[0], keepdim=False)
+        t7 = fd.ops.neg(t6)
+        t9 = fd.ops.sum(fd.ops.neg(t7), dims=[0], keepdim=False)
+        fd.add_output(fd.ops.add(t9, t7))
+
+    fd = _define(build)
+    inputs = [torch.randn(1, 2)]
+    seg = fd.segmented_fusion_for(inputs)
+    check_structure(seg, custom=False)
+    check_merged_to_fixed_point(seg)
+    assert len(seg.groups) == 2, repr(seg)
+    assert_same_results(fd.execute(inputs), run_reference(fd.fusion, inputs))
+    assert_same_results(run_segmentation(seg, inputs, check_bytes=True), run_reference(fd.fusion, inputs))

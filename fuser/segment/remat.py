@@ -22,7 +22,6 @@ import numpy as np
 
 from fuser._core import min_cut
 from fuser.ir import TensorView
-from fuser.scheduler import reject_reason
 from fuser.scheduler.analysis import is_recomputable, is_segmenter_set
 
 if TYPE_CHECKING:
@@ -43,7 +42,7 @@ def rematerialize(seg: "_Segmenter", protos: list["_Proto"]) -> list["_Proto"]:
 
 
 def _reads(seg: "_Segmenter", ks: set[int]) -> list[TensorView]:
-    return seg.a.sub(seg.closure(ks)).inputs
+    return seg.reads(ks)
 
 
 def _homes(seg: "_Segmenter", protos: list["_Proto"]) -> dict[Any, int]:
@@ -167,7 +166,8 @@ def _try(seg: "_Segmenter", protos, home, pi: int, ci: int, sinks: list[TensorVi
         stack.extend(x for x in a.exprs[k].inputs if isinstance(x, TensorView))
     c = protos[ci]
     trial = c.owned | c.extra | recompute
-    if seg.custom is None and reject_reason(a.sub(trial), c.scheduler) is not None:
+    # asked as _finalize will build the segment: with the forwarded and scalar work it reads
+    if seg.custom is None and not seg.accepts(trial, c.scheduler):
         return False
     c.extra |= recompute - c.owned
     return True

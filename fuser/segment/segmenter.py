@@ -3,15 +3,23 @@ between them as possible.
 
 1. Forwarded chains (see `forwarding`) and scalar arithmetic are set aside: every
    segment that needs them recomputes them.
-2. Every other expression starts as its own group. Producer/consumer groups merge in
-   level-ordered passes, then in a final pass over any remaining producer/consumer pair,
-   then horizontally (groups reading a common tensor); a merge is kept when the merged
-   group stays acyclic with the rest and a scheduler accepts it (or, in custom
-   segmentation, when the caller's predicate says so). The group graph and its
-   bookkeeping are `fuser._core.segment.GroupGraph`.
-3. IO-aware rematerialisation (see `remat`) moves pointwise work into consumer segments
+2. When a scheduler accepts the whole fusion and no segment_set cuts it, that is the
+   one segment (as nvFuser asks the schedulers about the complete fusion first): greedy
+   pairwise merging can get stuck where only a merge of three groups is schedulable.
+3. Otherwise every other expression starts as its own group. Producer/consumer groups
+   merge in level-ordered passes, then in a pass over any remaining producer/consumer
+   pair, then horizontally (groups reading a common tensor); a merge is kept when the
+   merged group stays acyclic with the rest and a scheduler accepts it as the segment
+   would be (with the forwarded and scalar work it reads), or, in custom segmentation,
+   when the caller's predicate says so. The group graph and its bookkeeping are
+   `fuser._core.segment.GroupGraph`.
+4. IO-aware rematerialisation (see `remat`) moves pointwise work into consumer segments
    where recomputing is cheaper than writing and reading an intermediate.
-4. Groups get their forwarded chains back and are ordered; edges are the tensors that
+5. A last pass retries every producer/consumer pair of the resulting groups (the
+   horizontal merges and remat can make new pairs schedulable), rematerialising again
+   after any merge, until no pair merges: no two groups joined by an edge are left whose
+   merge would stay acyclic and be accepted.
+6. Groups get their forwarded chains back and are ordered; edges are the tensors that
    still cross a boundary.
 """
 from __future__ import annotations
@@ -23,7 +31,8 @@ import numpy as np
 from fuser._core import GroupGraph, topo_order
 from fuser.ir import Fusion, TensorView
 from fuser.options import disabled, dump, dump_enabled
-from fuser.scheduler import FusionAnalysis, SchedulerRuntimeInfo, SchedulerType, explain, propose
+from fuser.scheduler import (REGISTRY_ORDER, FusionAnalysis, SchedulerRuntimeInfo, SchedulerType, SubFusion, explain,
+                             propose, reject_reason)
 from fuser.scheduler.analysis import SCALAR, is_segmenter_set
 
 from . import remat
@@ -114,11 +123,28 @@ class _Segmenter:
             if is_segmenter_set(e) and e.inputs[0] in self.def_index
         ]
         self.segment_set_operands = {a.exprs[k].inputs[0] for k, _ in self.segment_sets}
+        # per expr: the forwarded or scalar exprs it reads directly (for `closure`)
+        side = self.forwarded | self.host
+        self.side_inputs: list[tuple[int, ...]] = [
+            tuple(d for v in e.inputs for d in (self.def_index.get(v),) if d is not None and d in side)
+            for e in a.exprs
+        ]
+        # the schedulers' verdict (None: refused) per expr set asked about, without its
+        # closure: passes offer the same sets again, and _finalize asks about the groups
+        self.verdicts: dict[frozenset[int], SchedulerType | None] = {}
+        # expr sets one scheduler is known to accept (remat asked it), for _finalize
+        self.accepted_by: dict[frozenset[int], SchedulerType] = {}
 
     # --- merging ---------------------------------------------------------------------------
     def run(self) -> SegmentedFusion:
         a = self.a
         nodes = [k for k in range(len(a.exprs)) if k not in self.host and k not in self.forwarded]
+        if self.custom is None and len(nodes) > 1 and not self.segment_sets:
+            # nvFuser asks about the complete fusion first: pairwise merging can get stuck
+            # where only a merge of three or more groups is schedulable
+            st = self._verdict(set(nodes))
+            if st is not None:
+                return self._finalize([_Proto(set(nodes), st)])
         pos = {k: i for i, k in enumerate(nodes)}
         succ: list[list[int]] = []
         for k in nodes:
@@ -142,15 +168,28 @@ class _Segmenter:
         graph.edge_pass(accept)
         self._horizontal(graph, accept)
         protos = [_Proto(set(self.members[g]), self._scheduler(g)) for g in graph.topo_order()]
-        if self.remat:
+        if self.custom is None:
+            protos = self._settle(protos)
+        elif self.remat:
             protos = remat.rematerialize(self, protos)
         return self._finalize(protos)
+
+    def _settle(self, protos: list[_Proto]) -> list[_Proto]:
+        """Rematerialise, then merge remaining producer/consumer pairs, until a merge pass
+        merges nothing: each round that merges leaves fewer groups, so this ends."""
+        while True:
+            if self.remat:
+                protos = remat.rematerialize(self, protos)
+            n = len(protos)
+            protos = self._merge_pairs(protos)
+            if len(protos) == n:
+                return protos
 
     def _scheduler(self, g: int) -> SchedulerType:
         """Group g's scheduler; a single expr no scheduler takes runs through ATen (expr_eval)."""
         st = self.sched[g]
         if st is None:
-            st = SchedulerType.none if self.custom is not None else propose(self.a.sub(self.members[g]))
+            st = SchedulerType.none if self.custom is not None else self._verdict(set(self.members[g]))
             st = self.sched[g] = st if st is not None else SchedulerType.expr_eval
         return st
 
@@ -165,20 +204,90 @@ class _Segmenter:
         del self.members[old]
         del self.sched[old]
 
+    def _verdict(self, ks: set[int]) -> SchedulerType | None:
+        """The scheduler of a segment made of `ks` (with the forwarded and scalar work it
+        reads, as `_finalize` builds it), or None when it may not be one segment."""
+        if self.segment_sets and self._splits_segment_set(ks):
+            return None
+        key = frozenset(ks)
+        try:
+            return self.verdicts[key]
+        except KeyError:
+            st = self.verdicts[key] = propose(self.a.sub(self.closure(ks)))
+            return st
+
+    def accepts(self, ks: set[int], st: SchedulerType) -> bool:
+        """Whether `st` schedules a segment made of `ks` (with its closure); remembered."""
+        if reject_reason(self.a.sub(self.closure(ks)), st) is not None:
+            return False
+        self.accepted_by[frozenset(ks)] = st
+        return True
+
+    def _propose(self, ks: set[int], sub: SubFusion) -> SchedulerType | None:
+        """propose(sub) for `sub`, the closure of `ks`, asking no more than it must: a
+        scheduler known to accept it stands for itself and every later one."""
+        key = frozenset(ks)
+        st = self.verdicts.get(key)
+        if st is not None:
+            return st
+        known = self.accepted_by.get(key)
+        if known not in REGISTRY_ORDER:  # None: nothing known about this set
+            return propose(sub)
+        earlier = REGISTRY_ORDER[:REGISTRY_ORDER.index(known)]
+        return next((e for e in earlier if reject_reason(sub, e) is None), known)
+
     def _accept(self, a: int, b: int) -> bool:
         # passes offer the same pair again until one side changes: remember refusals
         key = (a, self.version.get(a, 0), b, self.version.get(b, 0))
         if key in self.refused:
             return False
         ks = self.members[a] + self.members[b]
-        st = None
-        if not (self.segment_sets and self._splits_segment_set(set(ks))):
-            st = propose(self.a.sub(ks))
+        st = self._verdict(set(ks))
         if st is None:
             self.refused.add(key)
             return False
         self._merged(a, b, ks, st)
         return True
+
+    def _merge_pairs(self, protos: list[_Proto]) -> list[_Proto]:
+        """Merge finished groups joined by an edge (a tensor one reads from the other) while
+        a scheduler accepts the merge and it stays acyclic; returns them in topological order."""
+        n = len(protos)
+        if n < 2:
+            return protos
+        a = self.a
+        home: dict[Any, int] = {}
+        for pi, p in enumerate(protos):
+            for k in p.owned:
+                for v in a.exprs[k].outputs:
+                    home[v] = pi
+        cons: list[set[int]] = [set() for _ in range(n)]
+        for ci, p in enumerate(protos):
+            for v in self.reads(p.all()):
+                pi = home.get(v)
+                if pi is not None and pi != ci:
+                    cons[pi].add(ci)
+        if not any(cons):
+            return protos
+        offsets = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum([len(c) for c in cons], out=offsets[1:])
+        indices = np.fromiter((j for c in cons for j in sorted(c)), dtype=np.int64, count=int(offsets[-1]))
+        graph = GroupGraph(n, offsets, indices)
+        by_id = dict(enumerate(protos))
+
+        def accept(x: int, y: int) -> bool:
+            p, c = by_id[x], by_id[y]
+            owned = p.owned | c.owned
+            extra = (p.extra | c.extra) - owned
+            st = self._verdict(owned | extra)
+            if st is None:
+                return False
+            by_id[min(x, y)] = _Proto(owned, st, extra)
+            del by_id[max(x, y)]
+            return True
+
+        graph.edge_pass(accept)
+        return [by_id[int(g)] for g in graph.topo_order()]
 
     def _accept_custom(self, a: int, b: int) -> bool:
         if not self.custom(self._provisional(a), self._provisional(b)):
@@ -197,7 +306,7 @@ class _Segmenter:
         while changed:
             changed = False
             order = [int(g) for g in graph.topo_order()]
-            reads = {g: set(self.a.sub(self.members[g]).inputs) for g in order}
+            reads = {g: set(self.reads(self.members[g], closed=False)) for g in order}
             for i, x in enumerate(order):
                 for y in order[i + 1:]:
                     if self.custom is None and not (reads[x] & reads[y]):
@@ -212,18 +321,30 @@ class _Segmenter:
                     break
 
     # --- results -------------------------------------------------------------------------------
+    def reads(self, ks: set[int], *, closed: bool = True) -> list[TensorView]:
+        """The tensors the exprs `ks` (with their closure unless not `closed`) read and do
+        not make: the inputs of `self.a.sub(...)`, in its order, without building one."""
+        exprs = self.a.exprs
+        made: set[Any] = set()
+        seen: dict[TensorView, None] = {}
+        for k in sorted(self.closure(ks) if closed else ks):
+            e = exprs[k]
+            for v in e.inputs:
+                if isinstance(v, TensorView) and v not in made:
+                    seen[v] = None
+            made.update(e.outputs)
+        return [v for v in seen if v not in made]
+
     def closure(self, ks: set[int]) -> set[int]:
         """`ks` plus the forwarded and scalar exprs they read from, transitively."""
         out = set(ks)
-        a = self.a
-        stack = list(ks)
+        side = self.side_inputs
+        stack = [d for k in ks for d in side[k] if d not in out]
         while stack:
-            k = stack.pop()
-            for v in a.exprs[k].inputs:
-                d = self.def_index.get(v)
-                if d is not None and d not in out and (d in self.forwarded or d in self.host):
-                    out.add(d)
-                    stack.append(d)
+            d = stack.pop()
+            if d not in out:
+                out.add(d)
+                stack.extend(side[d])
         return out
 
     def _finalize(self, protos: list[_Proto]) -> SegmentedFusion:
@@ -258,7 +379,7 @@ class _Segmenter:
             if self.custom is not None:
                 st = SchedulerType.none
             else:
-                st = propose(sub)
+                st = self._propose(p.all(), sub)
                 if st is None and p.scheduler is SchedulerType.expr_eval and len(p.owned) == 1:
                     st = SchedulerType.expr_eval  # a lone op no kernel takes: ATen runs it
                 if st is None:
