@@ -205,7 +205,7 @@ def outer_persistent_plan(sub: SubFusion) -> tuple[ReductionGeometry, int, Reduc
     col_vecs = -(-geo.n_iter // vectorize)
     bdx = min(32, _pow2_ceil(col_vecs))
     bdy = max(1, min(OUTER_PERSISTENT_THREADS // bdx, _pow2_ceil(geo.n_red)))
-    blocks_x = -(-col_vecs // bdx)
+    blocks_x = max(1, -(-col_vecs // bdx))  # (no columns: an empty grid, one block planned)
     resident = OUTER_PERSISTENT_MIN_BLOCKS * info.device_limits.sm_count
     if blocks_x > resident:
         raise ValueError(f"{blocks_x} blocks of columns, more than the {resident} an outer-persistent grid holds")
@@ -213,9 +213,9 @@ def outer_persistent_plan(sub: SubFusion) -> tuple[ReductionGeometry, int, Reduc
     unroll = max(1, -(-geo.n_red // (bdy * grid_y)))
     held = row_held_bytes(sub, geo_red_classes(sub, geo), 0) * unroll * vectorize
     if held > OUTER_MAX_HELD_BYTES:
-        return_rows = bdy * grid_y * (OUTER_MAX_HELD_BYTES // max(1, held // unroll))
+        fit = bdy * grid_y * (OUTER_MAX_HELD_BYTES // max(1, held // unroll))
         raise ValueError(f"{geo.n_red} rows need {held} bytes of registers per thread (at most "
-                         f"{OUTER_MAX_HELD_BYTES}: {return_rows} rows fit)")
+                         f"{OUTER_MAX_HELD_BYTES}: {fit} rows fit)")
     grid_y = max(1, -(-geo.n_red // (bdy * unroll)))  # no block without rows
     return geo, vectorize, ReductionParams(False, True, vectorize, bdx, bdy, unroll, grid_y, info.index_type)
 
