@@ -21,6 +21,7 @@ from fuser.scheduler import pointwise as pw
 from fuser.scheduler.vectorize import stride_alignment, vectorizable
 
 from .info import runtime_info
+from .transpose import prepare_transpose
 
 #: loaded kernels by (source, arch, device): new sizes whose heuristics come out equal
 #: generate the same source, so they reuse the loaded module instead of compiling
@@ -338,7 +339,7 @@ def prepare_inner_outer(fusion: Fusion, args: Sequence[Any], device: torch.devic
 #: the schedulers whose segments become generated kernels, and how each is prepared
 _PREPARE = {
     SchedulerType.pointwise: prepare_pointwise,
-    SchedulerType.transpose: prepare_pointwise,
+    SchedulerType.transpose: prepare_transpose,
     SchedulerType.reduction: prepare_reduction,
     SchedulerType.inner_persistent: lambda f, a, d=None: prepare_reduction(f, a, d, persistent=True),
     SchedulerType.inner_outer_persistent: prepare_inner_outer,
