@@ -42,13 +42,20 @@ def test_fuser_matches_eager_on_cpu(name):
     for x in inputs:
         assert x.device.type == "cpu"
         assert x.abs().sum() > 0, "inputs must not be zeros"
+    matches_eager(f, inputs, name)
+
+
+def matches_eager(f, inputs, what: str):
+    """Run bench fusion `f` on `inputs` and compare each output with its eager function's,
+    at the fusion's tolerances; returns the FusionDefinition."""
     fd = f.fusion_definition()
     got = fd.execute(inputs)
     want = f.eager(inputs)
     assert len(got) == len(want) >= 1
     for k, (g, w) in enumerate(zip(got, want)):
         rtol, atol = f.tolerance(inputs, w, k)
-        assert_close(g, w, what=f"{name} output {k}", rtol=rtol, atol=atol)
+        assert_close(g, w, what=f"{what} output {k}", rtol=rtol, atol=atol)
+    return fd
 
 
 def test_reduction_fusions_exist_with_their_shapes():
