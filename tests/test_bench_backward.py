@@ -205,7 +205,7 @@ def test_per_output_tolerances():
 
 def test_groups_and_select():
     # every fusion in exactly one group, groups in FUSIONS order
-    assert list(GROUPS) == ["pointwise", "reduction", "backward"]
+    assert list(GROUPS) == ["pointwise", "reduction", "backward", "shapes"]
     assert sorted(n for names in GROUPS.values() for n in names) == sorted(f.name for f in FUSIONS)
     assert GROUPS["reduction"] == tuple(f.name for f in FUSIONS if f.reduced and f.group == "reduction")
     assert [f.name for f in select(["backward"])] == BACKWARD_NAMES
@@ -223,7 +223,7 @@ def test_bench_help_shows_the_groups(capsys):
         main(["bench", "--help"])
     assert e.value.code == 0
     out = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
-    assert "pointwise, reduction, backward; e.g. --only backward" in out
+    assert "pointwise, reduction, backward, shapes; e.g. --only backward" in out
     for name in BACKWARD_NAMES:
         assert name in out
 

@@ -21,7 +21,7 @@ statistics as float32 [M, 1] (computed from x, as the forward saved them) and re
 the parameter gradients in the input dtype; the batch norm returns y in the input dtype and
 its per-column mean and invstd in float32 [N], as ``aten.native_batch_norm`` does on CUDA.
 
-Each fusion belongs to one `GROUPS` entry ("pointwise", "reduction", "backward"), which
+Each fusion belongs to one `GROUPS` entry ("pointwise", "reduction", "backward", "shapes"), which
 `python -m fuser bench --only GROUP` selects (`select`).
 """
 from __future__ import annotations
@@ -104,7 +104,7 @@ class BenchFusion:
     output_reduced: per output, the dims of the first input that output is reduced over,
     where outputs differ (a backward's dx over N, its dweight over M); n (for `scales` too)
     is then that output's own extent. Default: `reduced` for every output.
-    group: the `GROUPS` entry the fusion belongs to ("pointwise", "reduction", "backward").
+    group: the `GROUPS` entry the fusion belongs to ("pointwise", "reduction", "backward", "shapes").
     """
 
     name: str
@@ -783,6 +783,43 @@ def _backward_fusions() -> tuple[BenchFusion, ...]:
     return tuple(out)
 
 
+def _permuted(dims: Sequence[int], dtype: DataType):
+    """x permuted by `dims`, added to itself: the output contiguous in the new order, so the
+    kernel reads along one innermost axis and writes along another (a transpose) unless the
+    permutation keeps the innermost axis (then a pointwise copy)."""
+
+    def build(fd: FusionDefinition) -> None:
+        x = _matrix(fd, dtype, len(dims))
+        y = fd.ops.permute(x, dims=list(dims))
+        fd.add_output(fd.ops.add(y, y))
+
+    return build
+
+
+def _eager_permuted(dims: Sequence[int]):
+    def eager(inputs):
+        y = inputs[0].permute(*dims)
+        return [(y + y).contiguous()]
+
+    return eager
+
+
+def _shape_fusions() -> tuple[BenchFusion, ...]:
+    """Transposes (2D, and attention's [B, S, H, D] -> [B, H, S, D]), as nvFuser's
+    benchmarks/python/test_transpose.py times them."""
+    out = []
+    for dt, tdt, tag in ((DataType.Float, torch.float32, "fp32"), (DataType.BFloat16, torch.bfloat16, "bf16")):
+        out.append(BenchFusion(
+            f"transpose_{tag}", _permuted((1, 0), dt), _one(tdt), _eager_permuted((1, 0)),
+            shape=(8192, 8192), quick_shape=(8192, 8192), group="shapes",
+            description=f"{tag} [M, N] -> x.T + x.T, [N, M] contiguous (a tiled transpose)"))
+        out.append(BenchFusion(
+            f"attention_permute_{tag}", _permuted((0, 2, 1, 3), dt), _one(tdt), _eager_permuted((0, 2, 1, 3)),
+            shape=(8, 4096, 32, 128), quick_shape=(8, 4096, 32, 128), small_shape=(2, 24, 4, 16), group="shapes",
+            description=f"{tag} [B, S, H, D] -> [B, H, S, D] (+ itself), contiguous: the innermost axis stays"))
+    return tuple(out)
+
+
 FUSIONS: tuple[BenchFusion, ...] = (
     BenchFusion(
         "gelu_tanh_bf16", _define_gelu_bf16, _one(torch.bfloat16, 3.0), _eager_gelu,
@@ -805,13 +842,14 @@ FUSIONS: tuple[BenchFusion, ...] = (
         shape=(8, 8), quick_shape=(8, 8), kind="latency",
         description="the GELU fusion on [8, 8]: host cost of one launch",
     ),
-) + _reduction_fusions() + _backward_fusions()
+) + _reduction_fusions() + _backward_fusions() + _shape_fusions()
 
 _BY_NAME = {f.name: f for f in FUSIONS}
 
 #: group name -> the names of its fusions, in FUSIONS order: "pointwise" (the memory-bound
 #: elementwise fusions and the launch-latency one), "reduction" (the forward reductions and
-#: normalisations), "backward" (the backward normalisations, the batch norm, seed 001)
+#: normalisations), "backward" (the backward normalisations, the batch norm, seed 001),
+#: "shapes" (transposes and permutes)
 GROUPS: dict[str, tuple[str, ...]] = {
     g: tuple(f.name for f in FUSIONS if f.group == g) for g in dict.fromkeys(f.group for f in FUSIONS)
 }
