@@ -203,13 +203,17 @@ def heuristics(sub: SubFusion, geo: ReductionGeometry, vectorize: int) -> Reduct
     # copy against 73% with 32 x 8; fp32 [16384, 8192]: 99%); very wide ones take wider
     # blocks while they still give every SM half a block of columns (seed 001's reduction
     # over 57344 columns: 97 us with 64 x 4, 104 with 32 x 8, 122 with 16 x 16)
-    bdx = min(16, _pow2_ceil(col_vecs))
+    narrow = bdx = min(16, _pow2_ceil(col_vecs))
     while bdx < 64 and -(-col_vecs // (2 * bdx)) >= sms // 2:
         bdx *= 2
     bdy = max(1, min(BLOCK_THREADS // bdx, _pow2_ceil(cols)))
     unroll = max(1, min(UNROLL, _pow2_floor(max(1, cols // bdy))))
-    blocks = -(-col_vecs // bdx)
-    steps = -(-cols // (bdy * unroll))
+    # the blocks sharing a row are counted as for 16-wide blocks, whatever the width (seed
+    # 001: 64 x 4 threads with the 3 that gives ran in 98 us, with the 10 counted for their
+    # own width in 113 us)
+    n_bdy = max(1, min(BLOCK_THREADS // narrow, _pow2_ceil(cols)))
+    blocks = -(-col_vecs // narrow)
+    steps = -(-cols // (n_bdy * max(1, min(UNROLL, _pow2_floor(max(1, cols // n_bdy))))))
     grid_y = 1
     if blocks < 8 * sms and steps > 8:
         grid_y = max(1, min(-(-8 * sms // blocks), steps // 4, 1024))
