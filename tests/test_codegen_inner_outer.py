@@ -124,3 +124,33 @@ def test_seed_001_second_segment_is_an_inner_outer_kernel():
         rmsnorm_backward(fd)
     src = fd.cuda_code_for(make_inputs("meta"))
     assert src.count("__global__") == 2 and "fuser_inner_outer" in src
+
+
+def test_load_caps_the_grid_to_resident_blocks_and_sizes_the_partials(monkeypatch):
+    # no GPU: the compiler and loader are stand-ins reporting 3 resident blocks per SM
+    import fuser.runtime.kernel_cache as kc
+    import fuser.runtime.launch as launch
+    from fuser.runtime.kernels import prepare_kernel
+    from fuser.scheduler import SchedulerType
+
+    class Loaded:
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def max_active_blocks(self, threads: int) -> int:
+            return 3
+
+    monkeypatch.setattr(kc, "get_cubin", lambda *a, **k: b"\x7fELF")
+    monkeypatch.setattr(launch, "CompiledKernel", Loaded)
+    with FusionDefinition() as fd:
+        rms_norm_backward(fd, DataType.BFloat16)
+    k = prepare_kernel(SchedulerType.inner_outer_persistent, fd.fusion, _inputs("rms", 16384, 4096, torch.bfloat16))
+    per_block = dict(k._work)
+    k.load()
+    sms = k.info.device_limits.sm_count
+    # 16384 row groups over at most 3 * sms blocks, balanced so every block runs as many rounds
+    rounds = -(-16384 // (3 * sms))
+    assert k.grid == (-(-16384 // rounds), 1, 1)
+    # one row of 4096 float partials per block
+    assert per_block == {p: 4096 * 4 for p in per_block}
+    assert dict(k._work) == {p: k.grid[0] * 4096 * 4 for p in per_block}

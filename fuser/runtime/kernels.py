@@ -21,7 +21,6 @@ from fuser.scheduler import pointwise as pw
 from fuser.scheduler.vectorize import stride_alignment, vectorizable
 
 from .info import runtime_info
-from .transpose import prepare_transpose
 
 #: loaded kernels by (source, arch, device): new sizes whose heuristics come out equal
 #: generate the same source, so they reuse the loaded module instead of compiling
@@ -78,7 +77,8 @@ class GeneratedKernel:
         out_pos = {v: j for j, v in enumerate(self.fusion.outputs)}
         self._in_ptrs, self._out_ptrs, self._scalars = [], [], []
         self._out_storage_ptrs: list[tuple[int, int]] = []
-        #: (param position, bytes per block) of the work buffers a grid reduction needs
+        #: (param position, bytes) of the work buffers a grid reduction needs per launch:
+        #: per block here, for the whole grid once `load` has fixed the grid
         self._work: list[tuple[int, int]] = []
         self._semaphore: int | None = None
         self._semaphores: dict[int, torch.Tensor] = {}
@@ -146,6 +146,9 @@ class GeneratedKernel:
             elif self.grid[0] * self.grid[1] > resident:
                 raise NotLowerable(f"kernel {self.kernel.name} synchronises {self.grid[0] * self.grid[1]} blocks of "
                                    f"{threads} threads, but the GPU holds {resident} at once")
+        if self.compiled is None:
+            blocks = self.grid[0] * self.grid[1]
+            self._work = [(k, max(1, blocks * n)) for k, n in self._work]
         self.compiled = compiled
 
     def allocate_outputs(self) -> list[torch.Tensor]:
@@ -182,8 +185,7 @@ class GeneratedKernel:
         arrival counters kept per stream (the last block zeroes them again, and launches on
         one stream run in order)."""
         dev = self.info.device
-        blocks = self.grid[0] * self.grid[1]
-        work = [torch.empty(max(1, blocks * n), dtype=torch.uint8, device=dev) for _, n in self._work]
+        work = [torch.empty(n, dtype=torch.uint8, device=dev) for _, n in self._work]
         for (k, _), buf in zip(self._work, work):
             values[k] = buf.data_ptr()  # freed on return: PyTorch's allocator orders reuse after this launch
         if self._semaphore is not None:
@@ -334,6 +336,34 @@ def prepare_inner_outer(fusion: Fusion, args: Sequence[Any], device: torch.devic
                                inner[0].red_classes, geo.n_red, vector_class=_axis_class(sub, geo.vector_axis))
     return _launch_plan(fusion, kernel, params, info, args, (-(-geo.n_iter // params.bdy), 1),
                         (params.bdx, params.bdy))
+
+
+def prepare_transpose(fusion: Fusion, args: Sequence[Any], device: torch.device | None = None) -> GeneratedKernel:
+    """Schedule and lower a transpose segment for the call whose inputs are `args` (torch
+    tensors on any device, meta included; scalars) on `device` (default: the arguments').
+    Raises NotLowerable only for segments the transpose scheduler rejects as such (they
+    then run on the reference executor)."""
+    from fuser.lower.transpose import lower_transpose
+    from fuser.scheduler import transpose as tr
+
+    fusion, _ = fusion.clone()  # scheduling transforms the copy; the segment stays as defined
+    info = runtime_info(fusion, args, device=device)
+    sub = FusionAnalysis(fusion, info).whole()
+    # only what the kernel cannot compute (the segmenter's `reject_reason` ruled it out), not
+    # where tiles would not pay off: the segmenter judged this segment within the complete
+    # fusion, where it can weigh its layout groups differently (see `layout`)
+    why = tr.lowering_reason(sub)
+    lay = tr.layout(sub, fallback=True) if why is None else why
+    if isinstance(lay, str):
+        raise NotLowerable(f"a transpose kernel cannot compute this segment: {lay}")
+    params = tr.heuristics(sub, lay)
+    vec_a, vec_b = tr.vector_tensors(sub, lay, params)
+    tr.schedule(fusion, lay, params)
+    kernel = lower_transpose(fusion, lay, params, sub, vec_a, vec_b)
+    ext_a, ext_b = info.extent(lay.axis_a), info.extent(lay.axis_b)
+    tiles = -(-ext_a // params.tile_a) * -(-ext_b // params.tile_b)
+    grid = (tiles, min(tr.batch_size(info, lay), tr.MAX_GRID_Y))
+    return _launch_plan(fusion, kernel, params, info, args, grid, (params.threads, 1))
 
 
 #: the schedulers whose segments become generated kernels, and how each is prepared
