@@ -36,6 +36,7 @@ from fuser.ir import (
 from fuser.ir.exprs import BinaryOpType, UnaryOpType
 from fuser.ir.dtype import compute_dtype
 from fuser.scheduler.analysis import SubFusion, expr_kind, REDUCTION
+from fuser.scheduler.normalization import OUTER_PERSISTENT_MIN_BLOCKS
 from fuser.scheduler.reduction import ReductionParams
 
 from . import kir
@@ -260,8 +261,6 @@ class ReductionLowering:
     def _kernel(self, **kw) -> Kernel:
         p = self.p
         if p.persistent and not p.inner and p.grid_y > 1:  # an outer-persistent grid allreduce
-            from fuser.scheduler.normalization import OUTER_PERSISTENT_MIN_BLOCKS
-
             kw = {"grid_sync": True, "min_blocks": OUTER_PERSISTENT_MIN_BLOCKS, **kw}
         return Kernel(self.name, self.params.params, self._shared_decls + self.body, p.index_type, threads=p.bdx, threads_y=p.bdy,
                       includes=("fuser_reduction.cuh",), **kw)
@@ -591,7 +590,8 @@ class ReductionLowering:
                 acc = Element(Var(name), IntLit(lane)) if self.reduced_tile > 1 else Var(name)
                 self.body.append(self._block_allreduce(acc, None if welford else e.op_type, acc_dt, welford, over))
         if p.grid_y > 1 and accs:
-            self._decl("flag", DataType.Int32, None, space=kir.MemoryType.Shared)
+            if not p.persistent:  # the last block to arrive learns it through `flag`
+                self._decl("flag", DataType.Int32, None, space=kir.MemoryType.Shared)
             items = []
             for e, name, acc_dt in accs:
                 welford = isinstance(e, WelfordOp)
