@@ -13,6 +13,8 @@ every input, deterministic results.
 """
 from __future__ import annotations
 
+import dataclasses
+
 from fuser.ir import DataType, Fusion, ParallelType, ReductionOp, TensorView, WelfordOp
 from fuser.scheduler.analysis import SubFusion
 from fuser.scheduler.reduction import ReductionParams
@@ -44,6 +46,8 @@ class InnerOuterLowering(ReductionLowering):
         self.outer = [e for e in self.exprs if e in red_of and red_of[e].red_classes != red_classes]
         if not self.outer:
             raise NotLowerable("no outer reduction")
+        #: the axes the outer reductions reduce (the scheduler checked they share them)
+        self._row_classes = red_of[self.outer[0]].red_classes
         for e in self.outer:
             if isinstance(e, WelfordOp) or not isinstance(e, ReductionOp):
                 raise NotLowerable("a Welford reduction across rows")
@@ -264,9 +268,8 @@ class InnerOuterLowering(ReductionLowering):
     def _row_spanning(self) -> set[TensorView]:
         """Tensors with an axis the outer reductions reduce (the rows)."""
         find, id_of = self.sub.uf.find, self.sub.a.id_of
-        rows = {c for e in self.outer for c in _reduced_classes(e, find, id_of)}
         return {tv for tv in self.fusion.tensors()
-                if any(find(id_of(i)) in rows for i in tv.logical_no_reductions() if not i.is_broadcast)}
+                if any(find(id_of(i)) in self._row_classes for i in tv.logical_no_reductions() if not i.is_broadcast)}
 
     def _column_axis(self, axis, idx) -> kir.Expr:
         r = self.ix.ref_axis(axis)
@@ -287,21 +290,15 @@ def _walk(stmts: list):
 def _only(stmt, names: set[str]) -> list:
     """`stmt` keeping only the innermost statements that mention one of `names` (loads of
     those registers), and the loops and conditions around them; [] when none does."""
-    if isinstance(stmt, (For, If)):
-        inner = [y for x in stmt.then if isinstance(stmt, If) for y in _only(x, names)] if isinstance(stmt, If) \
-            else [y for x in stmt.body for y in _only(x, names)]
-        if not inner:
-            return []
-        import dataclasses
-
-        return [dataclasses.replace(stmt, **({"then": inner} if isinstance(stmt, If) else {"body": inner}))]
-    return [stmt] if _names(stmt) & names else []
+    field = "then" if isinstance(stmt, If) else "body" if isinstance(stmt, For) else None
+    if field is None:
+        return [stmt] if _names(stmt) & names else []
+    inner = [y for x in getattr(stmt, field) for y in _only(x, names)]
+    return [dataclasses.replace(stmt, **{field: inner})] if inner else []
 
 
 def _names(x, out: set[str] | None = None) -> set[str]:
     """The names of the variables statement or expression `x` mentions."""
-    import dataclasses
-
     out = set() if out is None else out
     if isinstance(x, Var):
         out.add(x.name)
@@ -312,10 +309,6 @@ def _names(x, out: set[str] | None = None) -> set[str]:
         for f in dataclasses.fields(x):
             _names(getattr(x, f.name), out)
     return out
-
-
-def _reduced_classes(e, find, id_of) -> set[int]:
-    return {find(id_of(i)) for i in e.outputs[0].root if i.is_reduction}
 
 
 def lower_inner_outer(fusion: Fusion, ref: TensorView, params: ReductionParams, vector_tensors: frozenset[TensorView],
