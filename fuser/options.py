@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 import sys
 
-KNOWN_DUMPS = frozenset({"fusion_ir", "segmented_fusion", "scheduler_params", "cuda_kernel", "host_ir", "launch_param"})
+KNOWN_DUMPS = frozenset({"fusion_ir", "fusion_ir_preseg", "segmented_fusion", "scheduler_params", "cuda_kernel", "host_ir", "launch_param"})
 
 
 def _names(var: str) -> frozenset[str]:

@@ -8,7 +8,7 @@ from typing import Iterable
 from fuser.codegen.ops import runtime_headers
 from fuser.runtime.nvrtc import compile_cubin_nvcc
 
-_HEADERS = ('#include "fuser_runtime.cuh"\n', '#include "fuser_reduction.cuh"\n')
+_HEADERS = ('#include "fuser_runtime.cuh"\n', '#include "fuser_reduction.cuh"\n', '#include "fuser_indexing.cuh"\n')
 
 
 def compile_all(sources: Iterable[str]) -> bytes:
@@ -17,7 +17,8 @@ def compile_all(sources: Iterable[str]) -> bytes:
     units: list[str] = []
     for n, src in enumerate(sources):
         for k, one in enumerate(src.split(_HEADERS[0])[1:]):
-            one = one.replace(_HEADERS[1], "")
+            for h in _HEADERS[1:]:
+                one = one.replace(h, "")
             one = one.replace("typedef", "// typedef", 1) if units else one
             units.append(re.sub(r"\bfuser_(pointwise|reduction|inner_outer|transpose)\b", f"k{n}_{k}", one))
     return compile_cubin_nvcc("".join(_HEADERS) + "\n".join(units), arch="sm_90", headers=runtime_headers())

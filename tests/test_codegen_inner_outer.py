@@ -117,13 +117,17 @@ def test_short_rows_share_a_block_and_combine_partials_over_threadIdx_y():
     assert "fuser::block_reduce_tile_y(oacc" in src
 
 
-def test_seed_001_second_segment_is_an_inner_outer_kernel():
+def test_seed_001_is_one_inner_outer_kernel_with_sums_per_row_segment():
     from fuser.examples.rmsnorm_backward import make_inputs, rmsnorm_backward
 
     with FusionDefinition() as fd:
         rmsnorm_backward(fd)
     src = fd.cuda_code_for(make_inputs("meta"))
-    assert src.count("__global__") == 2 and "fuser_inner_outer" in src
+    # the sums over the sequence per batch flush their tiles at each batch a block leaves,
+    # and are combined per (batch, column) after the grid synchronises
+    assert src.count("__global__") == 1 and "fuser_inner_outer" in src
+    assert src.count("fuser::segment_partials(") == 2 and src.count("fuser::column_partials(") == 2
+    assert compile_all([src])[:4] == b"\x7fELF"
 
 
 def test_load_caps_the_grid_to_resident_blocks_and_sizes_the_partials(monkeypatch):
@@ -145,7 +149,8 @@ def test_load_caps_the_grid_to_resident_blocks_and_sizes_the_partials(monkeypatc
     with FusionDefinition() as fd:
         rms_norm_backward(fd, DataType.BFloat16)
     k = prepare_kernel(SchedulerType.inner_outer_persistent, fd.fusion, _inputs("rms", 16384, 4096, torch.bfloat16))
-    per_block = dict(k._work)
+    per_block = {p: n for p, n, _ in k._work}
+    assert all(fixed == 0 for _, _, fixed in k._work)
     k.load()
     sms = k.info.device_limits.sm_count
     # 16384 row groups over at most 3 * sms blocks, balanced so every block runs as many rounds
@@ -154,3 +159,17 @@ def test_load_caps_the_grid_to_resident_blocks_and_sizes_the_partials(monkeypatc
     # one row of 4096 float partials per block
     assert per_block == {p: 4096 * 4 for p in per_block}
     assert dict(k._work) == {p: k.grid[0] * 4096 * 4 for p in per_block}
+
+
+def test_narrow_rows_with_two_reductions_are_staged_through_shared_memory():
+    # LayerNorm backward bf16: the next group of rows is copied (cp.async) into the other
+    # of two shared stages while the current one is reduced; a thread reads back its own
+    src = _code("layer", 16384, 4096, torch.bfloat16)
+    assert src.count("fuser::cp_async<16>(&stage_r0[") == 2  # before the loop, and ahead in it
+    assert "fuser::load_vec<__bfloat, 8>(&r0[u * 8], &stage_r0[((it % 2) * " in src
+    assert src.index("fuser::cp_async_wait<0>();") < src.index("&stage_r0[((it % 2)")
+    loop_end = src.index("fuser::grid_sync")
+    assert src.rindex("fuser::cp_async_wait<0>();", 0, loop_end) > src.index("((it + 1) % 2)")
+    # RMSNorm backward (one reduction per row) and fp32 rows are not
+    assert "cp_async" not in _code("rms", 16384, 4096, torch.bfloat16)
+    assert "cp_async" not in _code("layer", 16384, 4096, torch.float32)

@@ -234,7 +234,7 @@ def test_reductions_print_as_runtime_calls():
     assert lines(BlockAllReduce(w, w, None, DataType.Float, Var("ws"))) == [
         "w = fuser::block_allreduce_x(w, fuser::WelfordOp(), ws);"]
     assert expr(Cast(Member(w, "avg"), DataType.Float, DataType.Half)) == "fuser::float_to_half(w.avg)"
-    work = Param("work0", "work", (4, 2), "P", DataType.Float, pointer=True)
+    work = Param("work0", "work", (4, 2, 0), "P", DataType.Float, pointer=True)
     sem = Param("semaphore", "semaphore", None, "P", DataType.Int32, pointer=True)
     slot = IndexCast(ParallelIndex(ParallelType.TIDy))
     item = GridItem(acc, BinaryOpType.Add, DataType.Float, Const(0.0, DataType.Float), work, smem, slot)
@@ -244,7 +244,7 @@ def test_reductions_print_as_runtime_calls():
         "acc = fuser::grid_finish<true>([](float a, float b) { return (a + b); }, 0.0f, work0, "
         "((nvfuser_index_t)threadIdx.y), 2, smem);",
     ]
-    wwork = Param("work1", "work", (16, 1), "P", DataType.Float, pointer=True, welford=True)
+    wwork = Param("work1", "work", (16, 1, 0), "P", DataType.Float, pointer=True, welford=True)
     assert [param_decl(p) for p in (sem, wwork)] == [
         "unsigned int* __restrict__ semaphore", "fuser::Welford<float>* __restrict__ work1"]
 

@@ -40,7 +40,17 @@ def seed001():
     return fd, make_inputs("meta")
 
 
-def test_seed001_two_kernels_and_nothing_between_them(seed001):
+def test_seed001_is_one_inner_outer_kernel(seed001):
+    fd, inputs = seed001
+    seg = segment(fd, inputs)
+    assert [g.scheduler for g in seg.groups] == ["inner_outer_persistent"]
+    assert seg.edges == []
+
+
+def test_seed001_two_kernels_and_nothing_between_them(seed001, monkeypatch):
+    # without the inner-outer kernel's sums per row segment, the sums over the sequence
+    # go to a reduction kernel, and rematerialisation leaves nothing between the two
+    monkeypatch.setenv("FUSER_DISABLE", "row_segments")
     fd, inputs = seed001
     seg = segment(fd, inputs)
     assert [g.scheduler for g in seg.groups] == ["reduction", "inner_outer_persistent"]
@@ -53,7 +63,7 @@ def test_seed001_two_kernels_and_nothing_between_them(seed001):
 
 def test_seed001_without_remat_passes_nvfusers_three_tensors(seed001, monkeypatch):
     fd, inputs = seed001
-    monkeypatch.setenv("FUSER_DISABLE", "remat")
+    monkeypatch.setenv("FUSER_DISABLE", "remat,row_segments")
     seg = segment(fd, inputs)
     assert [g.scheduler for g in seg.groups] == ["reduction", "inner_outer_persistent"]
     shapes = sorted(tuple(seg.runtime_info.shape(v)) for v in seg.edge_vals())
@@ -63,7 +73,8 @@ def test_seed001_without_remat_passes_nvfusers_three_tensors(seed001, monkeypatc
     assert seg.inter_segment_bytes() == 2 * full + 56 * 1024 * 4
 
 
-def test_seed001_forwarded_casts_are_in_both_groups(seed001):
+def test_seed001_forwarded_casts_are_in_both_groups(seed001, monkeypatch):
+    monkeypatch.setenv("FUSER_DISABLE", "row_segments")
     fd, inputs = seed001
     seg = segment(fd, inputs)
     fwd = set(forwarded_exprs(fd.fusion, set(fd.fusion.exprs())))

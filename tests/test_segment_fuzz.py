@@ -327,7 +327,9 @@ def check_case(case: FusionCase) -> None:
     check_merged_to_fixed_point(seg)
     same(fd.execute(inputs), "output")
     same(run_segmentation(seg, inputs, check_bytes=True), "group-by-group output")
-    again = segment(fd, inputs)  # segmenting afresh gives the same cut
+    # segmenting afresh gives the same cut (of the fusion execute segments: the one the
+    # pre-segmentation passes made)
+    again = segment(seg.complete_fusion, inputs)
     assert [[id(e) for e in g.exprs] for g in again.groups] == [[id(e) for e in g.exprs] for g in seg.groups]
 
     # without remat, and without forwarding too

@@ -201,7 +201,8 @@ def test_a_segment_set_still_cuts_a_fusion_one_scheduler_takes():
     inputs = _rms_inputs(CPU_SHAPE, torch.float32)
     seg = fd.segmented_fusion_for(inputs)
     assert len(seg.groups) >= 2
-    sset = next(e for e in fd.fusion.exprs() if isinstance(e, LoadStoreOp))
+    # in the fusion execute segments: the pre-segmentation passes' copy of fd.fusion
+    sset = next(e for e in seg.complete_fusion.exprs() if isinstance(e, LoadStoreOp))
     operand = sset.inputs[0]
     assert operand in {e.val for e in seg.edges}
     assert not any(sset in g.exprs and operand.definition in g.exprs for g in seg.groups)
@@ -236,7 +237,19 @@ def test_custom_segmentation_is_not_overruled_by_the_whole_fusion_check():
     assert all(g.scheduler is SchedulerType.none for g in never.groups)
 
 
-def test_seed001_stays_two_kernels_as_no_scheduler_takes_all_of_it():
+def test_seed001_is_one_segment_as_inner_outer_takes_all_of_it():
+    with FusionDefinition() as fd:
+        seed001_definition(fd)
+    inputs = seed001_inputs("meta")
+    verdicts = schedulers_for(fd.fusion, runtime_info(fd.fusion, inputs))
+    assert [st for st, why in verdicts.items() if why is None] == [SchedulerType.inner_outer_persistent], verdicts
+    seg = segment(fd, inputs)
+    assert [g.scheduler for g in seg.groups] == ["inner_outer_persistent"]
+    assert seg.edges == []
+
+
+def test_seed001_stays_two_kernels_when_no_scheduler_takes_all_of_it(monkeypatch):
+    monkeypatch.setenv("FUSER_DISABLE", "row_segments")
     with FusionDefinition() as fd:
         seed001_definition(fd)
     inputs = seed001_inputs("meta")

@@ -9,7 +9,8 @@ only used for the host cost of issuing a tiny cached fusion.
 `KernelTime` times each fusion of one shape (the pointwise set, and seed 001's RMSNorm
 backward at its fixed [56, 1024, 1024]) at that shape; `KernelTimeShapes` times each fusion
 of several shapes at every one of them: the reductions and normalisations (RMSNorm /
-LayerNorm / softmax forward, inner and outer sum, var_mean) and the backward set (RMSNorm /
+LayerNorm / softmax forward, inner and outer sum, var_mean, dropout + residual add +
+LayerNorm forward) and the backward set (RMSNorm /
 LayerNorm / softmax backward, the outer-persistent batch-norm forward), bf16 and fp32.
 Both lists come from `FUSIONS`, so every fusion `python -m fuser bench` runs is here.
 """

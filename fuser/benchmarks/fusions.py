@@ -12,6 +12,10 @@ outer sums, var_mean; bf16 and fp32) follow nvFuser's Python benchmarks
 bf16 inputs are cast to float, computed in float and cast back; the norms also write the
 statistics a training step saves for its backward (LayerNorm: mean and rstd; RMSNorm:
 rstd), float32 of shape [M, 1], as ``aten.native_layer_norm`` / ``aten._fused_rms_norm`` do.
+Beside them, a transformer block's dropout + residual add + LayerNorm forward (nvFuser's
+``test_dropout_layernorm_fwd.py`` times the like): its uniform numbers are drawn per
+execution, so eager PyTorch (timed) draws other ones and fuser is checked against the
+reference executor replaying the same draw (`BenchFusion.random`, `BenchFusion.expected`).
 
 The backward set (RMSNorm / LayerNorm / softmax backward and a batch-norm training forward
 on channels-last [M, N] reduced over M, bf16 and fp32; seed 001's RMSNorm backward at its
@@ -122,6 +126,9 @@ class BenchFusion:
     scales: Callable[[int], Sequence[float]] | None = None
     output_reduced: tuple[tuple[int, ...], ...] = ()
     group: str = "pointwise"
+    #: its outputs depend on random numbers (dropout): eager PyTorch draws other ones, so
+    #: fuser is checked against the reference executor drawing the same (`expected`)
+    random: bool = False
 
     def __post_init__(self) -> None:
         shapes = tuple(tuple(s) for s in self.shapes) or (tuple(self.shape or LARGE),)
@@ -148,6 +155,24 @@ class BenchFusion:
     def eager(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         """The same outputs computed with eager PyTorch."""
         return self.reference(inputs)
+
+    def expected(self, inputs: Sequence[torch.Tensor], fd: FusionDefinition | None = None,
+                 rng_state: torch.Tensor | None = None) -> list[torch.Tensor]:
+        """What fuser's outputs on `inputs` must match: the eager function's; for a `random`
+        fusion, the reference executor's on `fd`'s fusion with PyTorch's generator put back
+        to `rng_state` (its state before `fd.execute` ran: the reference then draws the same
+        seed and offset, so the random numbers agree bit for bit and the rest to the
+        tolerances). The generator is left as it was."""
+        if not self.random:
+            return self.eager(inputs)
+        if fd is None or rng_state is None:
+            raise ValueError(f"{self.name} draws random numbers: its check needs the FusionDefinition that ran "
+                             f"and the generator state from before it ran")
+        from fuser.runtime import philox
+        from fuser.runtime.reference import run_reference
+
+        with philox.replaying([(inputs[0].device, rng_state)]):
+            return run_reference(fd.fusion, list(inputs))
 
     def bytes_moved(self, inputs: Sequence[torch.Tensor]) -> int:
         """Bytes of every input read plus every output written (inputs at their stored size)."""
@@ -315,6 +340,45 @@ def _layernorm_fwd(dtype: DataType):
             fd.ops.broadcast_in_dim(b, shape=shape, broadcast_dims=[1]),
         )
         fd.add_output(_from_float(fd, y, dtype))
+        fd.add_output(mean)
+        fd.add_output(rstd)
+
+    return build
+
+
+#: the dropout probability of the dropout + residual + LayerNorm benchmark
+DROPOUT_P = 0.1
+
+
+def _dropout_add_layernorm_fwd(dtype: DataType):
+    """A transformer block's dropout + residual add + LayerNorm forward, in float:
+    h = dropout(x, p) + residual (uniform numbers drawn per execution: keep where u < 1 - p,
+    scaled by 1 / (1 - p)), then LayerNorm of h over the last dim as `_layernorm_fwd`;
+    outputs y and h (dtype: the normalised value and the new residual stream), mean and rstd
+    (float [M, 1])."""
+
+    def build(fd: FusionDefinition) -> None:
+        x0, r0 = _matrix(fd, dtype, 2), _matrix(fd, dtype, 2)
+        w0 = fd.define_tensor(shape=[-1], contiguity=[True], dtype=dtype)
+        b0 = fd.define_tensor(shape=[-1], contiguity=[True], dtype=dtype)
+        x, res, w, b = (_to_float(fd, t, dtype) for t in (x0, r0, w0, b0))
+        u = fd.ops.uniform(0.0, 1.0, x.shape(), dtype=DataType.Float)
+        kept = fd.ops.where(fd.ops.lt(u, 1.0 - DROPOUT_P), x, 0.0)
+        h = fd.ops.add(fd.ops.mul(kept, 1.0 / (1.0 - DROPOUT_P)), res)
+        var, mean = fd.ops.var_mean(h, dims=[1], correction=0, keepdim=False)
+        mean = _rows_keepdim(fd, h, mean)
+        rstd = fd.ops.rsqrt(fd.ops.add(_rows_keepdim(fd, h, var), NORM_EPS))
+        shape = h.shape()
+        hhat = fd.ops.mul(
+            fd.ops.sub(h, fd.ops.broadcast_in_dim(mean, shape=shape, broadcast_dims=[0, 1])),
+            fd.ops.broadcast_in_dim(rstd, shape=shape, broadcast_dims=[0, 1]),
+        )
+        y = fd.ops.add(
+            fd.ops.mul(hhat, fd.ops.broadcast_in_dim(w, shape=shape, broadcast_dims=[1])),
+            fd.ops.broadcast_in_dim(b, shape=shape, broadcast_dims=[1]),
+        )
+        fd.add_output(_from_float(fd, y, dtype))
+        fd.add_output(_from_float(fd, h, dtype))
         fd.add_output(mean)
         fd.add_output(rstd)
 
@@ -499,6 +563,16 @@ def _norm_inputs(dtype: torch.dtype, n_params: int):
     return make
 
 
+def _dropout_add_layernorm_inputs(dtype: torch.dtype):
+    """x and the residual [M, N], weight and bias [N]."""
+
+    def make(device, shape):
+        return [_randn(shape, dtype, device), _randn(shape, dtype, device),
+                *(_randn(shape[-1:], dtype, device) for _ in range(2))]
+
+    return make
+
+
 def _bias_inputs(device, shape):
     return [_randn(shape, torch.bfloat16, device), _randn(shape[-1:], torch.bfloat16, device)]
 
@@ -600,6 +674,16 @@ def _eager_layernorm(inputs):
         y, mean, rstd = torch.ops.aten.native_layer_norm(x.float(), [x.shape[-1]], w.float(), b.float(), NORM_EPS)
         return [y.to(x.dtype), mean, rstd]
     return list(torch.ops.aten.native_layer_norm(x, [x.shape[-1]], w, b, NORM_EPS))
+
+
+def _eager_dropout_add_layernorm(inputs):
+    """What a PyTorch user writes: F.dropout(x) + residual in the input dtype, then
+    ``aten.native_layer_norm`` (as `_eager_layernorm`): (y, h, mean, rstd). Its random numbers
+    are PyTorch's own, so it is timed, never compared (see BenchFusion.random)."""
+    x, res, w, b = inputs
+    h = torch.nn.functional.dropout(x, p=DROPOUT_P, training=True) + res
+    y, mean, rstd = _eager_layernorm([h, w, b])
+    return [y, h, mean, rstd]
 
 
 def _eager_softmax(inputs):
@@ -706,6 +790,18 @@ def _reduction_fusions() -> tuple[BenchFusion, ...]:
                             f"y ({tag}), mean and rstd (float [M, 1])",
                 **common,
             ),
+            # h sums nothing; y errs relatively (a normalised row), mean sums h / N
+            BenchFusion(
+                f"dropout_add_layernorm_fwd_{tag}", _dropout_add_layernorm_fwd(dt),
+                _dropout_add_layernorm_inputs(tdt), _eager_dropout_add_layernorm, reduced=(1,),
+                output_reduced=((1,), (), (1,), (1,)), scales=lambda n: (1.0 / n, 1.0, 1.0 / n, 0.0),
+                shapes=((16384, 4096), (128, 1000)), quick_shapes=((16384, 4096), (128, 1000)), group="reduction",
+                random=True,
+                description=f"{tag} x, residual [M, N], weight, bias [N]: dropout(x, p={DROPOUT_P}) + residual, "
+                            f"LayerNorm over N, in float (one inner-persistent kernel); y and h ({tag}), mean "
+                            f"and rstd (float [M, 1]); checked against the reference executor drawing the same "
+                            f"numbers",
+            ),
             BenchFusion(
                 f"softmax_fwd_{tag}", _softmax_fwd(dt), _one(tdt), _eager_softmax, reduced=(1,),
                 scales=lambda n: (0.0,),
@@ -804,9 +900,47 @@ def _eager_permuted(dims: Sequence[int]):
     return eager
 
 
+#: how far `cat_of_slices` rolls the columns
+ROLL = 64
+#: seed 002's RoPE shape [B, n_head, T, head_size]: its definitions hard-code it, as Thunder's do
+ROPE_SHAPE = (1, 32, 8192, 128)
+
+
+def _define_cat_of_slices(fd: FusionDefinition) -> None:
+    """cat(x[:, ROLL:], x[:, :ROLL]) along the columns (a roll), x bf16 [M, N] of any size:
+    the open end of x[:, ROLL:] is a bound past any extent, clamped as Python's slices are."""
+    x = _matrix(fd, DataType.BFloat16, 2)
+    big = 1 << 62
+    tail = fd.ops.slice(x, start_indices=[0, ROLL], end_indices=[big, big], strides=[1, 1])
+    head = fd.ops.slice(x, start_indices=[0, 0], end_indices=[big, ROLL], strides=[1, 1])
+    fd.add_output(fd.ops.cat([tail, head], dim=1))
+
+
+def _eager_cat_of_slices(inputs):
+    (x,) = inputs
+    return [torch.cat([x[:, ROLL:], x[:, :ROLL]], dim=1)]
+
+
+def _rope(kind: str):
+    """Seed 002's RoPE forward or backward (fuser/examples/rope.py) at ROPE_SHAPE."""
+    from fuser.examples import rope
+
+    build = rope.rope_forward if kind == "fwd" else rope.rope_backward
+    make = rope.make_forward_inputs if kind == "fwd" else rope.make_backward_inputs
+    eager = rope.eager_forward if kind == "fwd" else rope.eager_backward
+
+    def inputs(device, shape):
+        if tuple(shape) != ROPE_SHAPE:
+            raise ValueError(f"the RoPE definitions hard-code seed 002's sizes {list(ROPE_SHAPE)}; got {list(shape)}")
+        return make(device, shape)
+
+    return (lambda fd: build(fd, ROPE_SHAPE)), inputs, eager
+
+
 def _shape_fusions() -> tuple[BenchFusion, ...]:
     """Transposes (2D, and attention's [B, S, H, D] -> [B, H, S, D]), as nvFuser's
-    benchmarks/python/test_transpose.py times them."""
+    benchmarks/python/test_transpose.py times them; a cat of slices (a roll of the
+    columns) and seed 002's RoPE forward and backward (LitGPT's Llama-3 through Thunder)."""
     out = []
     for dt, tdt, tag in ((DataType.Float, torch.float32, "fp32"), (DataType.BFloat16, torch.bfloat16, "bf16")):
         out.append(BenchFusion(
@@ -817,6 +951,20 @@ def _shape_fusions() -> tuple[BenchFusion, ...]:
             f"attention_permute_{tag}", _permuted((0, 2, 1, 3), dt), _one(tdt), _eager_permuted((0, 2, 1, 3)),
             shape=(8, 4096, 32, 128), quick_shape=(8, 4096, 32, 128), small_shape=(2, 24, 4, 16), group="shapes",
             description=f"{tag} [B, S, H, D] -> [B, H, S, D] (+ itself), contiguous: the innermost axis stays"))
+    out.append(BenchFusion(
+        "cat_of_slices_bf16", _define_cat_of_slices, _one(torch.bfloat16), _eager_cat_of_slices,
+        shape=LARGE, quick_shape=QUICK, small_shape=(64, 200), group="shapes",
+        description=f"bf16 [M, N]: cat(x[:, {ROLL}:], x[:, :{ROLL}]) along N (slices and a cat in one kernel)"))
+    for kind, what in (("fwd", "q, k [1, 32, 8192, 128] and cos, sin [1, 8192, 128] -> q, k rotated "
+                               "(slices, neg, cat, the empty tail's cat)"),
+                       ("bwd", "cos, dq, dk, sin -> dq and dk as [1, 8, 4, 8192, 128] (slices, pads, the "
+                               "shared `full`, a reshape)")):
+        build, make, eager = _rope(kind)
+        out.append(BenchFusion(
+            f"rope_{kind}_bf16", build, make, eager, shapes=(ROPE_SHAPE,), quick_shapes=(ROPE_SHAPE,),
+            small_shape=ROPE_SHAPE, group="shapes",
+            description=f"seed 002's RoPE {'forward' if kind == 'fwd' else 'backward'} (LitGPT Llama-3 through "
+                        f"Thunder), bf16: {what}"))
     return tuple(out)
 
 
@@ -849,7 +997,7 @@ _BY_NAME = {f.name: f for f in FUSIONS}
 #: group name -> the names of its fusions, in FUSIONS order: "pointwise" (the memory-bound
 #: elementwise fusions and the launch-latency one), "reduction" (the forward reductions and
 #: normalisations), "backward" (the backward normalisations, the batch norm, seed 001),
-#: "shapes" (transposes and permutes)
+#: "shapes" (transposes, permutes, slices/cats and RoPE)
 GROUPS: dict[str, tuple[str, ...]] = {
     g: tuple(f.name for f in FUSIONS if f.group == g) for g in dict.fromkeys(f.group for f in FUSIONS)
 }

@@ -7,7 +7,9 @@ PyTorch function and ``torch.compile`` of it (default mode). Reported: the media
 kernel time (CUDA events around a loop of calls, see `fuser.benchmarks.kernel_time`), the
 bytes a kernel must move, the achieved bandwidth as a percentage of the measured
 device-to-device copy bandwidth, a correctness check of fuser against eager (dtype-aware
-tolerances, widened with the reduced extent for reductions), and how fuser ran: each
+tolerances, widened with the reduced extent for reductions; a fusion drawing random numbers,
+whose eager twin draws others, against the reference executor replaying the same draw), and
+how fuser ran: each
 segment's scheduler and whether a generated kernel or the reference executor ran it. Then
 the host latency of a cached tiny fusion and the first-run compile time of GELU with a cold
 and a warm kernel cache.
@@ -49,13 +51,16 @@ def _unit() -> str:
 # shared pieces
 
 
-def _check(fusion: F.BenchFusion, got: Sequence[Any], inputs: Sequence[torch.Tensor]) -> tuple[bool, str]:
-    """(ok, message): fuser's outputs `got` against the eager function on `inputs`."""
+def _check(fusion: F.BenchFusion, got: Sequence[Any], inputs: Sequence[torch.Tensor], fd: Any = None,
+           rng_state: torch.Tensor | None = None) -> tuple[bool, str]:
+    """(ok, message): fuser's outputs `got` against the eager function on `inputs`; for a
+    fusion drawing random numbers, against the reference executor drawing the same ones
+    (`BenchFusion.expected`: `fd` ran with PyTorch's generator at `rng_state`)."""
     from fuser.runtime.tolerance import assert_close
 
-    want = fusion.eager(inputs)
+    want = fusion.expected(inputs, fd, rng_state)
     if len(got) != len(want):
-        return False, f"{len(got)} outputs, eager gives {len(want)}"
+        return False, f"{len(got)} outputs, {'the reference' if fusion.random else 'eager'} gives {len(want)}"
     try:
         for k, (g, w) in enumerate(zip(got, want)):
             rtol, atol = fusion.tolerance(inputs, w, k) if isinstance(w, torch.Tensor) else (None, None)
@@ -63,6 +68,16 @@ def _check(fusion: F.BenchFusion, got: Sequence[Any], inputs: Sequence[torch.Ten
     except AssertionError as e:
         return False, str(e).strip().splitlines()[0] if str(e).strip() else "assert_close failed"
     return True, ""
+
+
+def _generator_state(f: F.BenchFusion, inputs: Sequence[torch.Tensor]) -> torch.Tensor | None:
+    """PyTorch's generator state before fuser runs a fusion drawing random numbers (its
+    check replays the draw); None for the others."""
+    if not f.random:
+        return None
+    from fuser.runtime.philox import generator_state
+
+    return generator_state(inputs[0].device)
 
 
 def fuser_segments(fd: Any) -> list[tuple[str, bool]] | None:
@@ -133,8 +148,9 @@ def _run_cpu(fusions: Sequence[F.BenchFusion], reason: str) -> int:
         inputs = f.make_inputs("cpu", shape)
         try:
             fd = f.fusion_definition()
+            state = _generator_state(f, inputs)
             got = fd.execute(inputs)
-            ok, msg = _check(f, got, inputs)
+            ok, msg = _check(f, got, inputs, fd, state)
             path = _fuser_path(fd)
             status = "ok" if ok else f"MISMATCH  {msg}"
         except Exception as e:  # noqa: BLE001 - report every failure, keep going
@@ -196,9 +212,10 @@ def _bench_row(f: F.BenchFusion, shape, *, iters: int, repeats: int, latency_cal
     # fuser: define, run once, check against eager
     try:
         fd = f.fusion_definition()
+        state = _generator_state(f, inputs)
         got = fd.execute(inputs)
         torch.cuda.synchronize()
-        ok, msg = _check(f, got, inputs)
+        ok, msg = _check(f, got, inputs, fd, state)
         row.check = "ok" if ok else "MISMATCH"
         if not ok:
             row.errors["check"] = msg

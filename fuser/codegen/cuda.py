@@ -1,12 +1,18 @@
 """Kernel IR -> CUDA C source: the kernel, its parameters and its statements."""
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 from fuser.ir.domain import MemoryType
 from fuser.lower.kir import (
     Assign,
     BlockAllReduce,
     ColumnPartials,
     Comment,
+    CpAsync,
+    CpAsyncCommit,
+    CpAsyncWait,
     Decl,
     For,
     GridReduce,
@@ -14,9 +20,11 @@ from fuser.lower.kir import (
     If,
     Kernel,
     Param,
+    Random,
     Stmt,
     Sync,
     Launder,
+    SegmentPartials,
     TileReduceY,
     VecLoad,
     VecStore,
@@ -24,9 +32,9 @@ from fuser.lower.kir import (
 )
 
 from .expr import INDEX_TYPE, expr, value_ctype
-from .ops import RUNTIME_HEADER_NAME, ctype
-from .reductions import (block_allreduce, column_partials, grid_reduce, grid_sync, tile_reduce_y, welford_ctype,
-                         welford_merge)
+from .ops import RANDOM_HEADER_NAME, RUNTIME_HEADER_NAME, ctype
+from .reductions import (block_allreduce, column_partials, grid_reduce, grid_sync, segment_partials, tile_reduce_y,
+                         welford_ctype, welford_merge)
 
 _INDEX_CTYPE = {"int32": "int", "int64": "long long"}
 #: statements printed as calls of the reduction helpers, by kind
@@ -36,23 +44,46 @@ _CALLS = {
     WelfordMerge: welford_merge,
     GridSync: grid_sync,
     ColumnPartials: column_partials,
+    SegmentPartials: segment_partials,
     TileReduceY: tile_reduce_y,
 }
 
 
 def kernel_source(kernel: Kernel) -> str:
     """The complete translation unit for `kernel` (it includes the runtime header)."""
+    states = random_states(kernel.body)
+    includes = [*kernel.includes, *([RANDOM_HEADER_NAME] if states and RANDOM_HEADER_NAME not in kernel.includes else [])]
     lines = [
         f'#include "{RUNTIME_HEADER_NAME}"',
-        *(f'#include "{h}"' for h in kernel.includes),
+        *(f'#include "{h}"' for h in includes),
         f"typedef {_INDEX_CTYPE[kernel.index_type]} {INDEX_TYPE};",
         "",
         f'extern "C" __global__ void __launch_bounds__({_launch_bounds(kernel)}) {kernel.name}(',
     ]
     lines.append(",\n".join(f"    {param_decl(p)}" for p in kernel.params) + ") {")
+    # each RNG op's per-thread cache of its last Philox block, seen by every scope
+    lines.extend(f"  fuser::Philox {name};" for name in states)
     statements(kernel.body, lines, 1)
     lines.append("}")
     return "\n".join(lines) + "\n"
+
+
+def random_states(stmts: list[Stmt]) -> list[str]:
+    """The Philox caches (`Random.state`) the expressions of `stmts` use, in order of use."""
+    found: dict[str, None] = {}
+
+    def visit(x: Any) -> None:
+        if isinstance(x, Random):
+            found.setdefault(x.state, None)
+        if isinstance(x, (list, tuple)):
+            for y in x:
+                visit(y)
+        elif dataclasses.is_dataclass(x) and not isinstance(x, (type, Param)):
+            for f in dataclasses.fields(x):
+                visit(getattr(x, f.name))
+
+    visit(stmts)
+    return list(found)
 
 
 def _launch_bounds(kernel: Kernel) -> str:
@@ -64,6 +95,8 @@ def param_decl(p: Param) -> str:
     """`p` as a kernel parameter declaration."""
     if p.kind == "semaphore":
         return f"unsigned int* __restrict__ {p.name}"
+    if p.kind == "index_error":
+        return f"unsigned long long* __restrict__ {p.name}"
     if p.pointer:
         const = "const " if p.readonly else ""
         t = welford_ctype(p.dtype) if p.welford else value_ctype(p.dtype)
@@ -99,6 +132,12 @@ def statements(stmts: list[Stmt], out: list[str], depth: int) -> None:
             out.append(f"{pad}fuser::store_vec<{ctype(s.dtype)}, {s.n}>({expr(s.dst)}, {expr(s.src)});")
         elif isinstance(s, Comment):
             out.append(f"{pad}// {s.text}")
+        elif isinstance(s, CpAsync):
+            out.append(f"{pad}fuser::cp_async<{s.bytes}>({expr(s.dst)}, {expr(s.src)});")
+        elif isinstance(s, CpAsyncCommit):
+            out.append(f"{pad}fuser::cp_async_commit();")
+        elif isinstance(s, CpAsyncWait):
+            out.append(f"{pad}fuser::cp_async_wait<{s.pending}>();")
         elif isinstance(s, Launder):
             out.append(f"{pad}fuser::launder({expr(s.var)});")
         elif isinstance(s, Sync):
@@ -117,7 +156,7 @@ def _decl(d: Decl) -> str:
     if d.space is MemoryType.Shared:
         if d.init is not None:
             raise ValueError(f"shared {d.name}: shared memory cannot be initialised where it is declared")
-        return f"__shared__ {text};"
+        return f"__shared__ __align__({d.align}) {text};" if d.align else f"__shared__ {text};"
     if d.space is not MemoryType.Local:
         raise ValueError(f"{d.name}: a kernel declares local or shared variables, not {d.space.name}")
     return f"{text} = {expr(d.init)};" if d.init is not None else f"{text};"

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from fuser.ir.domain import ParallelType
 from fuser.ir.dtype import DataType
-from fuser.ir.exprs import BinaryOpType
+from fuser.ir.exprs import BinaryOpType, RNGOpType
 from fuser.lower.kir import (
     AddressOf,
     Binary,
     Cast,
+    CheckedIndex,
     Const,
     Element,
     Expr,
@@ -22,17 +23,19 @@ from fuser.lower.kir import (
     IndexBinary,
     IndexCast,
     IntLit,
+    Lookup,
     Not,
     ColumnWidth,
     ParallelDim,
     ParallelIndex,
     Param,
+    Random,
     Ternary,
     Unary,
     Var,
 )
 
-from .ops import binds_tightly, ctype, emit_binary, emit_cast, emit_constant, emit_ternary, emit_unary
+from .ops import binds_tightly, ctype, emit_binary, emit_cast, emit_constant, emit_random, emit_ternary, emit_unary
 
 #: the name generated code gives the kernel's index type (a typedef at the top)
 INDEX_TYPE = "nvfuser_index_t"
@@ -102,6 +105,12 @@ def _print(e: Expr) -> tuple[str, int]:
         return f"{_operand(e.base, _ATOM)}.{e.field}", _ATOM
     if isinstance(e, Element):
         return f"{_operand(e.base, _ATOM)}[{expr(e.index)}]", _ATOM
+    if isinstance(e, CheckedIndex):
+        flag = expr(e.flag) if e.flag is not None else "nullptr"
+        wrap = "true" if e.wrap else "false"
+        return f"fuser::checked_index<{wrap}>({expr(e.value)}, {expr(e.extent)}, {flag}, {e.check})", _ATOM
+    if isinstance(e, Lookup):
+        return f"fuser::lookup({expr(e.base)}, {expr(e.offset)}, {expr(e.position)}, {expr(e.stride)})", _ATOM
     text = _value(e)
     return text, _ATOM if binds_tightly(text) else 0
 
@@ -116,6 +125,9 @@ def _value(e: Expr) -> str:
         return emit_unary(e.op, expr(e.operand), e.dtype, e.out)
     if isinstance(e, Binary):
         return emit_binary(e.op, expr(e.lhs), expr(e.rhs), e.lhs_dtype, e.rhs_dtype, e.out, common=e.common)
+    if isinstance(e, Random):
+        return emit_random(e.op is RNGOpType.Normal, e.out, e.state, expr(e.seed), expr(e.offset), expr(e.index),
+                           (expr(e.params[0]), expr(e.params[1])), e.param_dtypes)
     if isinstance(e, Ternary):
         a, b, c = (expr(x) for x in e.operands)
         return emit_ternary(e.op, a, b, c, e.dtypes, e.out, common=e.common)

@@ -42,6 +42,7 @@ __all__ = [
     "emit_binary",
     "emit_cast",
     "emit_constant",
+    "emit_random",
     "emit_ternary",
     "emit_unary",
     "e4m3_saturates",
@@ -306,6 +307,26 @@ def emit_cast(x: str, src: DataType, dst: DataType) -> str:
         zero = "0.0f" if part is DataType.Float else "0.0"
         return f"{ctype(dst)}({emit_cast(x, src, part)}, {zero})"
     return f"(({ctype(dst)}){_p(x)})"
+
+
+# --- random numbers -----------------------------------------------------------------------------
+
+#: the header of the Philox generator and the RNG ops' distributions
+RANDOM_HEADER_NAME = "fuser_random.cuh"
+
+
+def emit_random(normal: bool, out: DataType, state: str, seed: str, offset: str, index: str,
+                params: tuple[str, str], param_dtypes: tuple[DataType, DataType]) -> str:
+    """An RNG op's element of linear index `index` of stream (`seed`, `offset`): uniform in
+    [params[0], params[1]) or normal (mean, std), computed in double for a Double `out`, else
+    in float, through the per-thread Philox cache `state` (fuser_random.cuh)."""
+    _check_dtype(out, "random")
+    if not out.is_floating:
+        raise NotImplementedError(f"random numbers of dtype {out}")
+    compute = DataType.Double if out is DataType.Double else DataType.Float
+    a, b = (emit_cast(x, dt, compute) for x, dt in zip(params, param_dtypes))
+    name = f"fuser::rng_{'normal' if normal else 'uniform'}_{'f64' if compute is DataType.Double else 'f32'}"
+    return emit_cast(f"{name}({state}, {seed}, {offset}, {index}, {a}, {b})", compute, out)
 
 
 # --- unary --------------------------------------------------------------------------------------

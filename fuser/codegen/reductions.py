@@ -5,7 +5,8 @@ from __future__ import annotations
 from fuser.ir.domain import ParallelType
 from fuser.ir.dtype import DataType
 from fuser.ir.exprs import BinaryOpType
-from fuser.lower.kir import BlockAllReduce, ColumnPartials, GridReduce, GridSync, TileReduceY, WelfordMerge
+from fuser.lower.kir import (BlockAllReduce, ColumnPartials, GridReduce, GridSync, SegmentPartials, TileReduceY,
+                             WelfordMerge)
 
 from .expr import expr
 from .ops import ctype, emit_binary
@@ -58,6 +59,11 @@ def grid_sync(s: GridSync) -> list[str]:
 def column_partials(s: ColumnPartials) -> list[str]:
     return [f"{expr(s.out)} = fuser::column_partials({combine(s.op, s.dtype)}, {expr(s.init)}, {expr(s.work)}, "
             f"{expr(s.parts)}, {expr(s.n_cols)}, {expr(s.c0)}, {expr(s.width)}, {expr(s.smem)});"]
+
+
+def segment_partials(s: SegmentPartials) -> list[str]:
+    return [f"{expr(s.out)} = fuser::segment_partials({combine(s.op, s.dtype)}, {expr(s.init)}, {expr(s.work)}, "
+            f"{expr(s.n_cols)}, {expr(s.seg)}, {expr(s.col)}, {expr(s.first)}, {expr(s.last)});"]
 
 
 def tile_reduce_y(s: TileReduceY) -> list[str]:

@@ -21,6 +21,8 @@ class CachedFusion:
     executors: dict = field(default_factory=dict)
     #: the runner the last execute used (for last_cuda_code / last_scheduled_fusion_ir)
     last_runner: Any = None
+    #: per set of enabled pre-segmentation passes: the PresegFusion the segmenter gets
+    preseg: dict = field(default_factory=dict)
     #: per returned output: ("out", k) the runtime's k-th result, ("input", k) the k-th input
     #: (an output also written into that input); set by the first definition
     output_plan: list | None = None

@@ -548,16 +548,20 @@ class FusionDefinition:
 
     def validate(self, inputs: Sequence[Any], reference_outputs: Sequence[Any] | None = None) -> None:
         """Execute, then check the outputs against the reference executor (or `reference_outputs`)."""
+        from fuser.runtime import philox
         from fuser.runtime.reference import run_reference
         from fuser.runtime.tolerance import assert_close
 
         inputs = _flatten_inputs(inputs)
         # the reference reads the inputs as they were: execute may update some in place
         originals = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+        # unseeded random numbers: the reference replays the draw the execution made
+        drawn = philox.generator_states(inputs) if reference_outputs is None and philox.streams(self.fusion) else []
         outs = self.execute(inputs)
         if reference_outputs is None:
             fusion = self.fusion
-            refs = run_reference(fusion, originals)
+            with philox.replaying(drawn):
+                refs = run_reference(fusion, originals)
             returned = [r for v, r in zip(fusion.outputs, refs) if v not in fusion.output_aliases]
             written = {fusion.inputs.index(fusion.output_aliases[v]): r for v, r in zip(fusion.outputs, refs)
                        if v in fusion.output_aliases}
@@ -631,7 +635,13 @@ class FusionDefinition:
         definition get indices past its last one)."""
         from .translate import definition_from_fusion
 
-        seg = self.segmented_fusion_for(inputs)
+        from fuser.runtime.executor import segmented_runner
+
+        self._ensure_defined()
+        runner = segmented_runner(self._entry, _flatten_inputs(inputs))
+        seg = runner.seg
+        # the segmenter cut the pre-segmentation passes' copy: its values stand for ours
+        to_original = runner.preseg.to_original if runner.preseg is not None else (lambda v: v)
         self._segments = None
         self.segment_index_space_maps = {}
         if len(seg.groups) <= 1:
@@ -642,6 +652,7 @@ class FusionDefinition:
         self._extra_state_vals: dict[int, Any] = {}
 
         def original_index(v: Any) -> int:
+            v = to_original(v)
             k = index.get(id(v))
             if k is None:
                 k = extra.setdefault(id(v), len(self._state_vals) + len(extra))
@@ -794,7 +805,7 @@ KNOWN_DISABLE_OPTIONS = frozenset({
     "compile_to_sass", "contig_indexing", "expr_simplify", "fallback", "fma", "grouped_grid_welford_outer_opt",
     "id_model", "index_hoist", "kernel_reuse", "magic_zero", "matmul_expr_eval", "nvtx", "parallel_compile",
     "parallel_serde", "predicate_elimination", "python_inline_definitions", "resize_scheduler", "var_name_remapping",
-    "welford_vectorization", "remat", "forwarding", "kernel_cache",
+    "welford_vectorization", "remat", "forwarding", "kernel_cache", "fold_input_broadcasts",
 })
 
 

@@ -99,6 +99,8 @@ class _Translator:
         self.origin: dict[int, Val] = {}  # state index -> original Val
         # symbolic extents of the input tensors -> (handle, dim) that fd.ops.size reads
         self.extent_src: dict[IrScalar, tuple[Tensor, int]] = {}
+        #: inputs whose logical domain adds broadcasts to their root, defined as the root
+        self.root_inputs: list[tuple[TensorView, Tensor]] = []
 
     @property
     def ops(self):
@@ -113,6 +115,9 @@ class _Translator:
                 self.bind(v, self.fd.define_scalar(None, dtype=v.dtype))
             else:
                 raise TranslationError(f"fusion input {v!r} is neither a tensor nor a scalar")
+        for tv, h in self.root_inputs:  # after every input, as a definition reads
+            added = tv.domain.added_broadcasts()
+            self.handles[tv] = self.ops.broadcast(h, [i in added for i in tv.logical_no_reductions()])
         for e in self.fusion.exprs():
             if all(isinstance(o, IrScalar) for o in e.outputs):
                 continue  # scalar arithmetic: defined where an op first needs it
@@ -190,7 +195,13 @@ class _Translator:
 
     # --- inputs -------------------------------------------------------------------------------
     def _define_tensor(self, tv: TensorView) -> None:
-        ids = tv.logical_no_reductions()
+        # an input whose logical domain adds broadcasts to its root (seed 000) is passed as
+        # its root: defined so, then broadcast (what the frontend can say)
+        ids = tv.tensor_axes()
+        added = tv.domain.added_broadcasts()
+        for i in added:
+            if i.has_expanded_extent:
+                raise TranslationError(f"input {tv!r} adds the expanded broadcast {i!r} to its root")
         shape: list[int] = []
         for i in ids:
             if i.is_broadcast and not i.has_expanded_extent:
@@ -199,9 +210,10 @@ class _Translator:
                 e = i.user_extent
                 shape.append(int(e.value) if e.is_const else -1)
         pos = {i: d for d, i in enumerate(ids)}
-        alloc = [(i, c) for i, c in zip(tv.allocation, tv.domain.contiguity) if not i.is_reduction]
+        alloc = [(i, c) for i, c in zip(tv.allocation, tv.domain.contiguity) if not i.is_reduction and i not in added]
         if sorted(pos[i] for i, _ in alloc) != list(range(len(ids))):
-            raise TranslationError(f"the allocation domain of input {tv!r} is not a permutation of its logical domain")
+            kind = "root" if added else "logical"
+            raise TranslationError(f"the allocation domain of input {tv!r} is not a permutation of its {kind} domain")
         contiguity: list[bool | None] = []
         for i, c in alloc:
             if i.is_broadcast or shape[pos[i]] == 1:
@@ -223,7 +235,11 @@ class _Translator:
             is_cpu=bool(getattr(tv, "is_cpu_scalar", False)),
             stride_order=stride_order,
         )
-        self.bind(tv, h)
+        if added:
+            self.origin[h.index] = tv  # the input the segment's caller passes
+            self.root_inputs.append((tv, h))
+        else:
+            self.bind(tv, h)
         for d, i in enumerate(ids):
             e = i.user_extent
             if not e.is_const:

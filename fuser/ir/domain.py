@@ -189,6 +189,34 @@ class TensorDomain:
     def no_reductions(self) -> list[IterDomain]:
         return [i for i in self.logical if not i.is_reduction]
 
+    def added_broadcasts(self) -> list[IterDomain]:
+        """The broadcast axes the logical domain inserts among the root's axes with no
+        transform between them (`T7[iS{i0}, bS{1}]` with root `(iS{i0})`); [] unless the
+        logical domain is exactly the root, in order, plus such axes.
+
+        A fusion input of this form (seed 000, folded broadcasts) is passed as a tensor of
+        its root: the added axes exist in no memory.
+        """
+        if self.root is None:
+            return []
+        root = [i for i in self.root if not i.is_reduction]
+        held = set(root)
+        logical = self.no_reductions()
+        added = [i for i in logical if i not in held]
+        if not added or [i for i in logical if i in held] != root:
+            return []
+        if not all(i.is_broadcast and i.definition is None for i in added):
+            return []
+        return added
+
+    def tensor_axes(self) -> list[IterDomain]:
+        """The axes a torch tensor holding this tensor has one dim each for, in dim order:
+        the logical axes (no reductions), or the root's where the logical domain only adds
+        broadcasts to it (`added_broadcasts`)."""
+        if self.added_broadcasts():
+            return [i for i in self.root if not i.is_reduction]
+        return self.no_reductions()
+
     def all_ids(self) -> list[IterDomain]:
         """Every IterDomain of every domain, each once, root first."""
         seen: dict[IterDomain, None] = {}

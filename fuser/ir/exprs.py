@@ -229,6 +229,13 @@ class RNGOp(Expr):
 
     attr_names = ("rng_type", "has_seed")
 
+    @property
+    def stream(self) -> int:
+        """An unseeded op's stream among its execution's: it uses offset base + stream of the
+        seed and base offset drawn per execution. Its output's name: unique in a fusion and
+        kept by the fusion's copies (segments), so every executor of one execution agrees."""
+        return self.outputs[0].name
+
 
 # --- indexing ----------------------------------------------------------------------
 

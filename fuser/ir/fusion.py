@@ -75,6 +75,31 @@ class Fusion:
             val.memory_type = MemoryType.Global
         self._sorted = None
 
+    def replace_input(self, old: Val, new: Val) -> None:
+        """Make `new` the input in `old`'s place (same position); `old` stops being one."""
+        if old not in self._input_set:
+            raise ValueError(f"{old!r} is not an input of this fusion")
+        if new.definition is not None or new in self._input_set:
+            raise ValueError(f"{new!r} is computed in this fusion or already an input")
+        self.inputs[self.inputs.index(old)] = new
+        self._input_set.discard(old)
+        self._input_set.add(new)
+        if isinstance(new, TensorView):
+            new.memory_type = MemoryType.Global
+        self._sorted = None
+
+    def remove_expr(self, expr: Expr) -> None:
+        """Unregister `expr`: its outputs lose their definition, its inputs this use."""
+        if expr in self._exprs:
+            self._exprs.remove(expr)
+        for v in expr.outputs:
+            if v.definition is expr:
+                v.definition = None
+        for v in expr.inputs:
+            while expr in v.uses:
+                v.uses.remove(expr)
+        self._sorted = None
+
     # --- traversal -------------------------------------------------------------------
     def exprs(self) -> list[Expr]:
         """The expressions the outputs need, in a topological order (cached)."""
@@ -139,7 +164,12 @@ class Fusion:
         for e in exprs:
             cloner(e)
         for v in inputs:
-            new.add_input(cloner(v))
+            nv = cloner(v)
+            if v not in self._input_set and isinstance(nv, TensorView) and nv.domain.root is not None:
+                # an intermediate made an input: its root describes a definition the copy
+                # does not have, and is passed as its logical shape (nvFuser erases it too)
+                nv.domain.root = None
+            new.add_input(nv)
         for v in outputs:
             alias = self.output_aliases.get(v)
             new.add_output(cloner(v), alias_input=cloner(alias) if alias is not None and alias in cloner.memo else None)

@@ -288,6 +288,18 @@ def fusion_ir(fusion: "Fusion") -> str:
     return "\n".join(lines) + "\n\n%kernel_math {\n" + body + "} // %kernel_math \n"
 
 
+def fusion_str(fusion: "Fusion", tensor_transforms: bool = True) -> str:
+    """The whole fusion as nvFuser's `Fusion::print`: inputs, outputs, the math in a
+    `%kernel` block and, with `tensor_transforms`, each tensor's domains after
+    `TransformPrinter :` (root, logical, allocation, contiguity, loop)."""
+    lines = ["Inputs:"] + [f"  {val_str(v)}" for v in fusion.inputs]
+    lines += ["Outputs:"] + [f"  {val_str(v)}" for v in fusion.outputs]
+    text = "\n".join(lines) + "\n\n%kernel {\n" + "".join(expr_str(e) for e in fusion.exprs())
+    if tensor_transforms:
+        text += "\nTransformPrinter : \n" + "".join(transforms_str(tv) + "\n" for tv in fusion.tensors())
+    return text + "} // %kernel\n"
+
+
 def transforms_str(tv: TensorView) -> str:
     """A tensor's root → logical → loop transforms, as nvFuser's `printTransforms`."""
     from .transforms import id_exprs_between

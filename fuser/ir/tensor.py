@@ -42,3 +42,9 @@ class TensorView(Val):
     @property
     def ndim(self) -> int:
         return len(self.logical_no_reductions())
+
+    def tensor_axes(self) -> list[IterDomain]:
+        """The axes the torch tensor passed for (or holding) this tensor has one dim each
+        for, in dim order: its logical axes, or, for a fusion input whose logical domain
+        adds broadcasts to its root, the root's (see `TensorDomain.added_broadcasts`)."""
+        return self.domain.tensor_axes()

@@ -32,13 +32,31 @@ from .values import tensor_value
 #: for rows of 4-byte values: on an H100, RMSNorm / LayerNorm backward fp32 [16384, 4096]
 #: ran at 94% of copy ahead against 88-91% without, but bf16 at 45-68% against 64-76%
 PREFETCH_ROWS = True
+#: ... and for rows of narrower values too
+PREFETCH_NARROW_ROWS = False
+#: rows copied one iteration ahead into shared memory (cp.async, see
+#: InnerOuterLowering._staged): "narrow" (rows of values narrower than 4 bytes, with at
+#: least STAGE_MIN_REDUCTIONS block reductions per row), "all" or "none"; and the shared
+#: memory the stages may take at most (a block's static shared memory is at most 48 KiB).
+#: On an H100, bf16 [16384, 4096]: LayerNorm backward (two reductions per row) 196 us
+#: staged against 212 us; RMSNorm backward (one) 185 us against 164 us (three stages
+#: 159-162 us); seed 001 (two, 128 x 2 threads) 220 us against 266 us; fp32 rows, which
+#: load ahead into registers instead (PREFETCH_ROWS), 292-299 us either way
+STAGE_ROWS = "narrow"
+STAGE_MIN_REDUCTIONS = 2
+STAGE_MAX_BYTES = 32 * 1024
+#: groups of rows in shared memory at once: the current one and STAGES - 1 in flight
+#: (three or four stages measured no faster than two above)
+STAGES = 2
+#: blocks per SM the kernel is compiled to fit (__launch_bounds__; None: as registers allow)
+MIN_BLOCKS: int | None = None
 
 class InnerOuterLowering(ReductionLowering):
     """Builds the kernel IR of one scheduled inner-outer persistent fusion."""
 
     def __init__(self, fusion: Fusion, ref: TensorView, params: ReductionParams, vector_tensors: frozenset[TensorView],
                  sub: SubFusion, red_classes: frozenset[int], n_cols: int, name: str,
-                 vector_class: int | None = None) -> None:
+                 vector_class: int | None = None, segments: dict[frozenset[int], tuple[int, int]] | None = None) -> None:
         super().__init__(fusion, ref, params, vector_tensors, sub, red_classes, name, vector_class)
         if not params.persistent or not params.inner or params.grid_y != 1:
             raise NotLowerable(f"an inner-outer kernel is persistent over rows, one block row per row, not {params}")
@@ -46,20 +64,38 @@ class InnerOuterLowering(ReductionLowering):
         self.outer = [e for e in self.exprs if e in red_of and red_of[e].red_classes != red_classes]
         if not self.outer:
             raise NotLowerable("no outer reduction")
-        #: the axes the outer reductions reduce (the scheduler checked they share them)
-        self._row_classes = red_of[self.outer[0]].red_classes
+        #: the rows' axes: those the inner reductions keep
+        self._row_classes = next(r for r in sub.reductions() if r.red_classes == red_classes).iter_classes
+        #: the outer reductions by the row axes they reduce: all of them, or (row segments)
+        #: the inner ones of them, per index of the others
+        self._groups: dict[frozenset[int], list] = {}
         for e in self.outer:
             if isinstance(e, WelfordOp) or not isinstance(e, ReductionOp):
                 raise NotLowerable("a Welford reduction across rows")
+            self._groups.setdefault(red_of[e].red_classes, []).append(e)
+        #: per group of segment reductions: (rows per segment, segments), concrete
+        self._segments = segments or {}
+        for key in self._groups:
+            if key != self._row_classes and key not in self._segments:
+                raise NotLowerable("an outer reduction over some of the rows' axes without its row segments")
         self._n_cols_value = n_cols
-        final: set[TensorView] = {e.outputs[0] for e in self.outer}
+        #: per group: its results and what is computed from them
+        self._final_of: dict[frozenset[int], set[TensorView]] = {}
+        for key, group in self._groups.items():
+            final: set[TensorView] = {e.outputs[0] for e in group}
+            for e in self.exprs:
+                if e not in self.outer and any(x in final for x in e.inputs):
+                    final.update(o for o in e.outputs if isinstance(o, TensorView))
+            self._final_of[key] = final
+        self._final = set().union(*self._final_of.values())
         for e in self.exprs:
-            if e not in self.outer and any(x in final for x in e.inputs):
-                final.update(o for o in e.outputs if isinstance(o, TensorView))
-        for e in self.exprs:
-            if not any(o in final for o in e.outputs) and any(x in final for x in e.inputs):
+            if not any(o in self._final for o in e.outputs) and any(x in self._final for x in e.inputs):
                 raise NotLowerable(f"{e!r} reads a reduction across rows and writes a row")
-        self._final = final
+        owner: dict[TensorView, frozenset[int]] = {}
+        for key, final in self._final_of.items():
+            for tv in final:
+                if owner.setdefault(tv, key) != key:
+                    raise NotLowerable(f"{tv!r} combines results of outer reductions over different axes")
         #: per outer reduction: (its accumulator tile, accumulation type)
         self._oacc: dict = {}
 
@@ -98,20 +134,137 @@ class InnerOuterLowering(ReductionLowering):
         self.body = before
         blocks = IndexCast(kir.ParallelDim(ParallelType.BIDx))
         it = Var("it")
+        groups = kir.IndexBinary(kir.BinaryOpType.CeilDiv, self.n_rows, IntLit(self.p.bdy))
+        rounds = kir.IndexBinary(kir.BinaryOpType.CeilDiv, groups, blocks)
+        segmented = any(key != self._row_classes for key in self._groups)
+        if segmented:
+            # a block takes consecutive groups of rows, so that it meets each segment once
+            self.body.append(Decl("rounds", None, None, rounds))
+            rounds = Var("rounds")
+
+        def group_of(k: kir.Expr) -> kir.Expr:
+            return _tid(ParallelType.BIDx) * rounds + k if segmented else k * blocks + _tid(ParallelType.BIDx)
 
         def row_of(k: kir.Expr) -> kir.Expr:
-            return (k * blocks + _tid(ParallelType.BIDx)) * self.p.bdy + _tid(ParallelType.TIDy)
+            return group_of(k) * self.p.bdy + _tid(ParallelType.TIDy)
 
         before_loop, rows = self._prefetched(rows, row_of)
         self.body.extend(before_loop)
-        rows = [Decl("row", None, None, row_of(it)), *self._alternate_scratch(rows, it)]
-        groups = kir.IndexBinary(kir.BinaryOpType.CeilDiv, self.n_rows, IntLit(self.p.bdy))
-        self.body.append(For(it, kir.IndexBinary(kir.BinaryOpType.CeilDiv, groups, blocks), rows))
+        flushes = []
+        if segmented:
+            # the segments the previous group of rows ended
+            first = group_of(it) * self.p.bdy
+            for key in self._groups:
+                if key != self._row_classes:
+                    seg = self._segment_rows(key)
+                    ended = kir.all_of([lt(IntLit(0), it), lt(first, self.n_rows),
+                                        kir.Not(eq(first // seg, (first - self.p.bdy) // seg))])
+                    flushes.append(If(ended, [kir.Sync(), *self._flush(key, (first - self.p.bdy) // seg)]))
+        rows = [Decl("row", None, None, row_of(it)), *flushes, *self._alternate_scratch(rows, it)]
+        self.body.append(For(it, rounds, rows))
+        if any(isinstance(x, kir.CpAsync) for x in _walk(rows)):
+            # the copies of the rows after the last (none, or another block's) have landed:
+            # none may write the shared memory of a block that has exited
+            self.body.append(kir.CpAsyncWait(0))
         self.body.append(kir.Sync())  # the rows' last block reduction has read its scratch
+        if segmented:
+            # the segment the block's last group of rows is in
+            start = _tid(ParallelType.BIDx) * rounds
+            last = kir.IndexBinary(kir.BinaryOpType.Min, start + rounds, groups) - 1
+            for key in self._groups:
+                if key != self._row_classes:
+                    seg = (last * self.p.bdy) // self._segment_rows(key)
+                    self.body.append(If(lt(start, groups), self._flush(key, seg)))
         self._partials()
         self.body.append(GridSync(self.params.semaphore()))
-        self._columns(blocks)
-        return self._kernel(grid_sync=True, grid_strided=True)
+        if self._row_classes in self._groups:
+            self._columns(blocks)
+        for key in self._groups:
+            if key != self._row_classes:
+                self._segment_columns(key, blocks, rounds)
+        return self._kernel(grid_sync=True, grid_strided=True, **({'min_blocks': MIN_BLOCKS} if MIN_BLOCKS else {}))
+
+    def _segment_rows(self, key: frozenset[int]) -> kir.Expr:
+        """The rows of one segment of the group reducing row axes `key`: the product of
+        those axes' extents."""
+        find, id_of = self.sub.uf.find, self.sub.a.id_of
+        n: kir.Expr = IntLit(1)
+        for i in self.ref.logical_no_reductions():
+            if not i.is_broadcast and find(id_of(i)) in key:
+                n = n * self.ix.extent(i.extent)
+        return n
+
+    def _tile(self, name: str, u, v) -> kir.Expr:
+        return Element(Var(name), u * self.V + v) if self.full_tile > 1 else Var(name)
+
+    def _over_tile(self, body: list) -> list:
+        """`body` (over the tile position u, v) for every position of a thread's tile."""
+        u, v = Var("u"), Var("v")
+        if self.V > 1:
+            body = [For(v, IntLit(self.V), body, unroll=True, dtype=DataType.Int32)]
+        else:
+            body = [kir.substitute_stmt(s, {v: IntLit(0)}) for s in body]
+        if self.U > 1:
+            return [For(u, IntLit(self.U), body, unroll=True, dtype=DataType.Int32)]
+        return [kir.substitute_stmt(s, {u: IntLit(0)}) for s in body]
+
+    def _combine_y(self, group: list) -> list:
+        """The group's accumulator tiles combined over threadIdx.y (into threadIdx.y 0)."""
+        out = []
+        for e in group:
+            name, acc_dt = self._oacc[e]
+            if self.p.bdy == 1:
+                continue
+            smem = Var(self._shared(acc_dt, False))
+            if self.full_tile > 1:
+                out.append(TileReduceY(Var(name), e.op_type, acc_dt, smem))
+            else:
+                out.append(BlockAllReduce(Var(name), Var(name), e.op_type, acc_dt, smem, ParallelType.TIDy))
+        return out
+
+    def _flush(self, key: frozenset[int], seg: kir.Expr) -> list:
+        """Segment `seg`'s partials of the group `key`: the block's tiles combined over
+        threadIdx.y, written to row blockIdx.x + seg of the partials, and the tiles reset."""
+        group = self._groups[key]
+        u, v = Var("u"), Var("v")
+        col = (u * self.p.bdx + _tid(ParallelType.TIDx)) * self.V + v
+        base = (_tid(ParallelType.BIDx) + seg) * self.n_cols
+        writes, resets = [], []
+        for e in group:
+            name, acc_dt = self._oacc[e]
+            writes.append(Assign(Element(self._work(e), base + col), self._tile(name, u, v)))
+            resets.append(Assign(self._tile(name, u, v), Cast(scalar_value(e.init, self.params), e.init.dtype, acc_dt)))
+        return [*self._combine_y(group),
+                *self._over_tile([If(kir.all_of([eq(_tid(ParallelType.TIDy), 0), lt(col, self.n_cols)]), writes)]),
+                *self._over_tile(resets)]
+
+    def _segment_columns(self, key: frozenset[int], blocks: kir.Expr, rounds: kir.Expr) -> None:
+        """The final phase of a group of segment reductions: the grid's threads take the
+        (segment, column) pairs in turn, combine the partials of the blocks that met the
+        segment, compute what follows and store the outputs."""
+        seg_rows = self._segment_rows(key)
+        threads = self.p.bdx * self.p.bdy
+        tid = _tid(ParallelType.TIDy) * self.p.bdx + _tid(ParallelType.TIDx)
+        total = (self.n_rows // seg_rows) * self.n_cols
+        j, q = Var("j"), Var(f"q{min(key)}")
+        s, c = Var("sseg"), Var("col")
+        per_block = IntLit(self.p.bdy) * rounds
+        step: list = [Decl("sseg", None, None, q // self.n_cols), Decl("col", None, None, q % self.n_cols)]
+        first = (s * seg_rows) // per_block
+        last = ((s + 1) * seg_rows - 1) // per_block
+        values: dict[TensorView, kir.Expr] = {}
+        for e in self._groups[key]:
+            _, acc_dt = self._oacc[e]
+            out = e.outputs[0]
+            step.append(Decl(f"f{out.name}", acc_dt))
+            step.append(kir.SegmentPartials(Var(f"f{out.name}"), e.op_type, acc_dt,
+                                            Cast(scalar_value(e.init, self.params), e.init.dtype, acc_dt),
+                                            self._work(e), self.n_cols, s, c, first, last))
+            values[out] = Cast(Var(f"f{out.name}"), acc_dt, out.dtype)
+        step += self._epilogue(self._final_of[key], values, self._indices(s * seg_rows, c))
+        body = [Decl(q.name, None, None, (j * blocks + _tid(ParallelType.BIDx)) * threads + tid),
+                If(lt(q, total), step)]
+        self.body.append(For(j, kir.IndexBinary(kir.BinaryOpType.CeilDiv, total, blocks * threads), body))
 
     def _alternate_scratch(self, rows: list, it: Var) -> list:
         """The rows' block reductions leave their scratch to the next one's barrier (see
@@ -147,8 +300,14 @@ class InnerOuterLowering(ReductionLowering):
         varying = {self.regs[tv] for tv in inputs if tv in spanning}
         decls = {d.name: d for d in rows if isinstance(d, Decl) and d.name in varying}
         narrow = any(tv.dtype.itemsize < 4 for tv in inputs if tv in spanning and self.full(tv))
-        if not PREFETCH_ROWS or narrow or self.p.bdx * self.p.bdy > 512 or not decls or not load_ids:
-            return before, [y for x in rows for y in ([x] if id(x) not in load_ids else _only(x, varying))]
+        in_loop = [y for x in rows for y in ([x] if id(x) not in load_ids else _only(x, varying))]
+        n_reds = sum(1 for x in _walk(rows) if isinstance(x, BlockAllReduce))
+        if STAGE_ROWS == "all" or (STAGE_ROWS == "narrow" and narrow and n_reds >= STAGE_MIN_REDUCTIONS):
+            staged = self._staged(before, in_loop, load_ids, varying, row_of)
+            if staged is not None:
+                return staged
+        if not PREFETCH_ROWS or (narrow and not PREFETCH_NARROW_ROWS) or self.p.bdx * self.p.bdy > 512 or not decls or not load_ids:
+            return before, in_loop
         ahead = {Var(n): Var(f"n{n}") for n in decls}
         loads = [y for x in self._row_loads for y in _only(x, set(decls))]
         before += [Decl(f"n{n}", d.dtype, d.size) for n, d in decls.items()]
@@ -171,43 +330,117 @@ class InnerOuterLowering(ReductionLowering):
                 body.extend(kir.substitute_stmt(y, nxt) for y in loads)
         return before, body
 
+    def _staged(self, before: list, rows: list, load_ids: set[int], varying: set[str], row_of) -> tuple[list, list] | None:
+        """(statements before the row loop, the loop's body) where the rows' vector loads go
+        through shared memory: each group of rows is copied asynchronously (cp.async) one
+        iteration ahead into one of two stages, while the block reduces and writes the
+        current rows; a thread reads back only what it copied, so no barrier is needed.
+        Unlike loading ahead into registers this costs no registers. None where the stages
+        would not fit in STAGE_MAX_BYTES of shared memory, or nothing is vector-loaded."""
+        threads = self.p.bdx * self.p.bdy
+        tid = _tid(ParallelType.TIDy) * self.p.bdx + _tid(ParallelType.TIDx)
+        tv_of = {name: tv for tv, name in self.regs.items()}
+        #: register array -> (stage buffer, dtype, elements per thread)
+        stages: dict[str, tuple[str, DataType, int]] = {}
+
+        # (a row's scalars, a rstd or a mean, stay direct loads: copied per thread they
+        # measured slower, LayerNorm backward bf16 [16384, 4096] 236 us against 196 us)
+        for x in _walk(rows):
+            if isinstance(x, kir.VecLoad) and x.n * x.dtype.itemsize in (4, 8, 16):
+                name = _array_of(x.dst)
+                if name in varying:
+                    stages.setdefault(name, (f"stage_{name}", x.dtype, self.full_tile))
+        # the inputs that change with every row first (one batch's row of a [B, 1, N] input
+        # serves its rows from the caches), as many as fit
+        find, id_of = self.sub.uf.find, self.sub.a.id_of
+
+        def row_axes(name: str) -> int:
+            return sum(1 for i in tv_of[name].logical_no_reductions()
+                       if not i.is_broadcast and find(id_of(i)) in self._row_classes)
+
+        budget = STAGE_MAX_BYTES
+        for name in sorted(stages, key=row_axes, reverse=True):
+            _, dt, per = stages[name]
+            nbytes = STAGES * threads * per * dt.itemsize
+            if nbytes > budget:
+                del stages[name]
+            else:
+                budget -= nbytes
+        if not stages:
+            return None
+
+        def is_load(x) -> bool:
+            return any(isinstance(y, kir.VecLoad) and _array_of(y.dst) in stages for y in _walk([x]))
+
+        loads = [x for x in rows if is_load(x)]
+        for buf, dt, per in stages.values():
+            self._shared_decls.append(Decl(buf, dt, STAGES * threads * per, space=kir.MemoryType.Shared, align=16))
+
+        def slot(name: str, offset: kir.Expr, stage: kir.Expr) -> kir.Expr:
+            buf, _, per = stages[name]
+            return Element(Var(buf), (stage * threads + tid) * per + offset)
+
+        def rewrite(x, issue: bool, stage: kir.Expr):
+            """The load statement `x` issuing its copies into `stage` (`issue`), or reading
+            them back from it."""
+            if isinstance(x, kir.VecLoad) and _array_of(x.dst) in stages:
+                at = kir.AddressOf(slot(_array_of(x.dst), _offset_of(x.dst), stage))
+                return kir.CpAsync(at, x.src, x.n * x.dtype.itemsize) if issue else kir.VecLoad(x.dtype, x.n, x.dst, at)
+            if isinstance(x, (For, If)):
+                field = "then" if isinstance(x, If) else "body"
+                inner = [y for y in (rewrite(z, issue, stage) for z in getattr(x, field)) if y is not None]
+                return dataclasses.replace(x, **{field: inner}) if inner else None
+            return None if issue else x
+
+        it = Var("it")
+        k = STAGES
+        pre = list(before)
+        for j in range(k - 1):  # the first k - 1 iterations' rows
+            issue = [y for y in (rewrite(x, True, IntLit(j)) for x in loads) if y is not None]
+            pre += [kir.substitute_stmt(x, {Var("row"): row_of(IntLit(j))}) for x in issue] + [kir.CpAsyncCommit()]
+        body: list = []
+        last = max(i for i, x in enumerate(rows) if any(x is y for y in loads))
+        waited = False
+        for i, x in enumerate(rows):
+            if not any(x is y for y in loads):
+                body.append(x)
+                continue
+            if not waited:  # this iteration's copies (the oldest group) have landed
+                body.append(kir.CpAsyncWait(k - 2))
+                waited = True
+            body.append(rewrite(x, False, it % k))
+            if i == last:  # the rows k - 1 iterations ahead, copied now
+                nxt = [y for y in (rewrite(z, True, (it + (k - 1)) % k) for z in loads) if y is not None]
+                body.extend(kir.substitute_stmt(y, {Var("row"): row_of(it + (k - 1))}) for y in nxt)
+                body.append(kir.CpAsyncCommit())
+        return pre, body
+
     def _work(self, e) -> kir.Param:
+        """Outer reduction `e`'s partials: a row of columns per block, and one per segment
+        for a segment reduction (a block meets as many segments as it crosses)."""
         _, acc_dt = self._oacc[e]
-        return self.params.work(f"w{e.outputs[0].name}", acc_dt, False, self._n_cols_value)
+        key = next(k for k, g in self._groups.items() if e in g)
+        fixed = self._segments[key][1] * self._n_cols_value if key in self._segments else 0
+        return self.params.work(f"w{e.outputs[0].name}", acc_dt, False, self._n_cols_value, fixed)
 
     def _partials(self) -> None:
-        """Each block's accumulator tiles, combined over its threadIdx.y, to its row of the
-        partials buffers."""
-        for e in self.outer:
-            name, acc_dt = self._oacc[e]
-            smem = Var(self._shared(acc_dt, False))
-            if self.p.bdy == 1:
-                continue
-            if self.full_tile > 1:
-                self.body.append(TileReduceY(Var(name), e.op_type, acc_dt, smem))
-            else:
-                self.body.append(BlockAllReduce(Var(name), Var(name), e.op_type, acc_dt, smem, ParallelType.TIDy))
+        """Each block's accumulator tiles of the reductions across all rows, combined over
+        its threadIdx.y, to its row of the partials buffers."""
+        group = self._groups.get(self._row_classes)
+        if not group:
+            return
+        self.body.extend(self._combine_y(group))
         u, v = Var("u"), Var("v")
         col = (u * self.p.bdx + _tid(ParallelType.TIDx)) * self.V + v
         base = _tid(ParallelType.BIDx) * self.n_cols
-        writes = []
-        for e in self.outer:
-            name, _ = self._oacc[e]
-            acc = Element(Var(name), u * self.V + v) if self.full_tile > 1 else Var(name)
-            writes.append(Assign(Element(self._work(e), base + col), acc))
-        body = [If(kir.all_of([eq(_tid(ParallelType.TIDy), 0), lt(col, self.n_cols)]), writes)]
-        if self.V > 1:
-            body = [For(v, IntLit(self.V), body, unroll=True, dtype=DataType.Int32)]
-        else:
-            body = [kir.substitute_stmt(s, {v: IntLit(0)}) for s in body]
-        if self.U > 1:
-            self.body.append(For(u, IntLit(self.U), body, unroll=True, dtype=DataType.Int32))
-        else:
-            self.body.extend(kir.substitute_stmt(s, {u: IntLit(0)}) for s in body)
+        writes = [Assign(Element(self._work(e), base + col), self._tile(self._oacc[e][0], u, v)) for e in group]
+        self.body.extend(self._over_tile([If(kir.all_of([eq(_tid(ParallelType.TIDy), 0), lt(col, self.n_cols)]),
+                                             writes)]))
 
     def _columns(self, blocks: kir.Expr) -> None:
-        """The final phase: blocks take COLUMNS_PER_STEP columns at a time, combine their
-        partials, compute what follows the outer reductions and store the column outputs."""
+        """The final phase of the reductions across all rows: blocks take COLUMNS_PER_STEP
+        columns at a time, combine their partials, compute what follows the outer
+        reductions and store the column outputs."""
         threads = self.p.bdx * self.p.bdy
         self.body.append(Decl("width", DataType.Int32, None, kir.ColumnWidth(self.n_cols, threads)))
         w = Var("width")
@@ -216,7 +449,7 @@ class InnerOuterLowering(ReductionLowering):
         c0 = Var("col0")
         step: list = [Decl("col0", None, None, (j * blocks + _tid(ParallelType.BIDx)) * w)]
         values: dict[TensorView, kir.Expr] = {}
-        for e in self.outer:
+        for e in self._groups[self._row_classes]:
             _, acc_dt = self._oacc[e]
             out = e.outputs[0]
             total = f"f{out.name}"
@@ -228,8 +461,14 @@ class InnerOuterLowering(ReductionLowering):
             values[out] = Cast(Var(total), acc_dt, out.dtype)
         tid = _tid(ParallelType.TIDy) * self.p.bdx + _tid(ParallelType.TIDx)
         c = Var("col")
-        idx = self._indices(IntLit(0), c)
         step.append(Decl("col", None, None, c0 + tid))
+        epilogue = self._epilogue(self._final_of[self._row_classes], values, self._indices(IntLit(0), c))
+        step.append(If(kir.all_of([lt(tid, w), lt(c, self.n_cols)]), epilogue))
+        self.body.append(For(j, kir.IndexBinary(kir.BinaryOpType.CeilDiv, chunks, blocks), step))
+
+    def _epilogue(self, final: set[TensorView], values: dict[TensorView, kir.Expr], idx) -> list:
+        """What follows a group of outer reductions (`values`: their results) at the
+        reference indices `idx`, and the stores of its outputs."""
         epilogue: list = []
 
         def operand(x) -> kir.Expr:
@@ -245,7 +484,7 @@ class InnerOuterLowering(ReductionLowering):
             return got
 
         for e in self.exprs:
-            if e in self.outer or not any(o in self._final for o in e.outputs):
+            if e in self.outer or not any(o in final for o in e.outputs):
                 continue
             outs = [o for o in e.outputs if isinstance(o, TensorView)]
             if len(outs) != 1:
@@ -260,10 +499,9 @@ class InnerOuterLowering(ReductionLowering):
             epilogue.append(Decl(name, out.dtype, None, rhs))
             values[out] = Var(name)
         for tv in self.fusion.outputs:
-            if isinstance(tv, TensorView) and tv in self._final:
+            if isinstance(tv, TensorView) and tv in final:
                 epilogue.append(Assign(Element(self.params.tensor(tv), self.ix.offset(tv, idx)), values[tv]))
-        step.append(If(kir.all_of([lt(tid, w), lt(c, self.n_cols)]), epilogue))
-        self.body.append(For(j, kir.IndexBinary(kir.BinaryOpType.CeilDiv, chunks, blocks), step))
+        return epilogue
 
     def _row_spanning(self) -> set[TensorView]:
         """Tensors with an axis the outer reductions reduce (the rows)."""
@@ -274,6 +512,20 @@ class InnerOuterLowering(ReductionLowering):
     def _column_axis(self, axis, idx) -> kir.Expr:
         r = self.ix.ref_axis(axis)
         return IntLit(0) if r is None else idx[r]
+
+
+def _array_of(dst: kir.Expr) -> str | None:
+    """The register array a VecLoad's destination `&array[offset]` points into."""
+    if isinstance(dst, kir.AddressOf) and isinstance(dst.value, Element) and isinstance(dst.value.base, Var):
+        return dst.value.base.name
+    return dst.name if isinstance(dst, Var) else None
+
+
+def _offset_of(dst: kir.Expr) -> kir.Expr:
+    """The element offset of a VecLoad's destination in its register array."""
+    if isinstance(dst, kir.AddressOf) and isinstance(dst.value, Element):
+        return dst.value.index
+    return IntLit(0)
 
 
 def _walk(stmts: list):
@@ -313,8 +565,11 @@ def _names(x, out: set[str] | None = None) -> set[str]:
 
 def lower_inner_outer(fusion: Fusion, ref: TensorView, params: ReductionParams, vector_tensors: frozenset[TensorView],
                       sub: SubFusion, red_classes: frozenset[int], n_cols: int,
-                      name: str = "fuser_inner_outer", vector_class: int | None = None) -> Kernel:
+                      name: str = "fuser_inner_outer", vector_class: int | None = None,
+                      segments: dict[frozenset[int], tuple[int, int]] | None = None) -> Kernel:
     """Kernel IR for an inner-outer persistent fusion scheduled from `ref` (an inner
-    reduction's input) with the inner reductions' axes `red_classes` as its columns."""
+    reduction's input) with the inner reductions' axes `red_classes` as its columns;
+    `segments` gives the (rows per segment, segments) of the outer reductions over some of
+    the rows' axes (`normalization.row_segments`)."""
     return InnerOuterLowering(fusion, ref, params, vector_tensors, sub, red_classes, n_cols, name,
-                              vector_class).lower()
+                              vector_class, segments).lower()

@@ -18,7 +18,7 @@ from typing import Any, Union
 
 from fuser.ir.domain import MemoryType, ParallelType
 from fuser.ir.dtype import DataType
-from fuser.ir.exprs import BinaryOpType, TernaryOpType, UnaryOpType
+from fuser.ir.exprs import BinaryOpType, RNGOpType, TernaryOpType, UnaryOpType
 
 # --- expressions ---------------------------------------------------------------------------
 
@@ -106,8 +106,12 @@ class Param(Expr):
 
     `kind`: "tensor" (`source` is the TensorView; a pointer), "stride" (`source` is
     (TensorView, logical dim)), "extent" (`source` is the Scalar), "scalar" (a scalar input),
-    "work" (a grid reduction's partials: `source` is (bytes per value, values per block)),
-    "semaphore" (the grid reductions' arrival counters, unsigned ints).
+    "work" (a grid reduction's partials: `source` is (bytes per value, values per block, values
+    beside those)),
+    "semaphore" (the grid reductions' arrival counters, unsigned ints), "index_error" (the
+    error flag of the index ops' device checks: unsigned long longs, see IndexCheck),
+    "philox_seed" / "philox_offset" (the seed and base offset that unseeded RNG ops draw
+    once per fusion execution).
     `dtype` None: the kernel's index type. `fmt`: the struct format letter it is packed with.
     """
 
@@ -194,6 +198,25 @@ class Cast(Expr):
 
 
 @dataclass(frozen=True)
+class Random(Expr):
+    """Element `index` (its row-major linear index in the RNG op's logical shape, in the
+    index type) of an RNG op's output: the Philox4x32-10 numbers of stream (`seed`, `offset`)
+    (Int values) that `fuser.runtime.philox` defines, uniform in [params[0], params[1]) or
+    normal (mean params[0], std params[1]), computed in double for a Double `out`, else in
+    float, and rounded to `out`. `state` names the op's per-thread cache of its last Philox
+    block: one per RNG op, declared once at the kernel's top (codegen declares it)."""
+
+    op: RNGOpType
+    out: DataType
+    state: str
+    seed: Expr
+    offset: Expr
+    index: Expr
+    params: tuple[Expr, Expr]
+    param_dtypes: tuple[DataType, DataType]
+
+
+@dataclass(frozen=True)
 class Element(Expr):
     """`base[index]`: an element of a tensor pointer or of a register/shared array."""
 
@@ -214,6 +237,34 @@ class Member(Expr):
 
     base: Expr
     field: str
+
+
+@dataclass(frozen=True)
+class CheckedIndex(Expr):
+    """An index op's position along its lookup axis of `extent` elements: `value` (of
+    integer `dtype`: an index tensor's element, or select's index) as an int64, or -1 when
+    out of range (negatives count from the end with `wrap`). An out-of-range value is
+    recorded as index check `check` in the kernel's error flag `flag` (None: the host
+    checked it before the launch)."""
+
+    value: Expr
+    dtype: DataType
+    extent: Expr
+    check: int
+    flag: Expr | None = None
+    wrap: bool = False
+
+
+@dataclass(frozen=True)
+class Lookup(Expr):
+    """Element `offset + position * stride` of tensor `base` (of `dtype`), `position` a
+    CheckedIndex: zero, with nothing read, where the position is -1."""
+
+    base: Expr
+    offset: Expr
+    position: Expr
+    stride: Expr
+    dtype: DataType
 
 
 def as_expr(x: Expr | int) -> Expr:
@@ -246,7 +297,8 @@ def all_of(conds: list[Expr]) -> Expr | None:
 class Decl:
     """A variable: a scalar (`size` None) or an array, in registers or shared memory,
     optionally initialised. `dtype` None: the kernel's index type. `welford`: a Welford
-    accumulator (mean and M2 of `dtype`, a 64-bit count), starting empty."""
+    accumulator (mean and M2 of `dtype`, a 64-bit count), starting empty. `align`: bytes a
+    shared array is aligned to (None: its element's)."""
 
     name: str
     dtype: DataType | None
@@ -254,6 +306,7 @@ class Decl:
     init: Expr | None = None
     space: MemoryType = MemoryType.Local
     welford: bool = False
+    align: int | None = None
 
 
 @dataclass
@@ -317,6 +370,30 @@ class Comment:
 @dataclass
 class Sync:
     """A barrier for the threads of the block (shared memory written before is visible after)."""
+
+
+@dataclass
+class CpAsync:
+    """An asynchronous copy of `bytes` (4, 8 or 16) from global address `src` to shared
+    address `dst` (both aligned to it), completed by a later CpAsyncWait; the thread that
+    issues it is the one that reads the copy. Prints `fuser::cp_async<bytes>(dst, src);`."""
+
+    dst: Expr
+    src: Expr
+    bytes: int
+
+
+@dataclass
+class CpAsyncCommit:
+    """Closes the group of the thread's CpAsyncs issued since the last one."""
+
+
+@dataclass
+class CpAsyncWait:
+    """Waits until at most `pending` of the thread's committed groups of CpAsyncs (the
+    newest) have not landed in shared memory."""
+
+    pending: int = 0
 
 
 @dataclass
@@ -433,8 +510,47 @@ class ColumnPartials:
     width: Expr
 
 
+@dataclass
+class SegmentPartials:
+    """`out` = the partials of column `col` of row segment `seg` combined by `op` from
+    `init`: those of blocks `first` .. `last`, block b's at row `b + seg` of `work`
+    (`n_cols` per row; blocks and segments both take consecutive rows, so b + seg numbers
+    the pairs uniquely). Prints `out = fuser::segment_partials(op, init, work, n_cols,
+    seg, col, first, last);`."""
+
+    out: Expr
+    op: BinaryOpType
+    dtype: DataType
+    init: Expr
+    work: Expr
+    n_cols: Expr
+    seg: Expr
+    col: Expr
+    first: Expr
+    last: Expr
+
+
 Stmt = Union[Decl, Assign, For, If, VecLoad, VecStore, Comment, Sync, WelfordMerge, BlockAllReduce, GridReduce,
-             GridSync, ColumnPartials, TileReduceY]
+             GridSync, ColumnPartials, TileReduceY, CpAsync, CpAsyncCommit, CpAsyncWait,
+             SegmentPartials]
+
+
+@dataclass(frozen=True)
+class IndexCheck:
+    """A bounds check of an index op, for the error the runtime raises: op `op` reads
+    `tensor` (its name) along `dim`, of `extent` (a Fusion Scalar) elements. `value` None:
+    the kernel checks index tensor values (CheckedIndex.check is this check's position in
+    Kernel.index_checks); a Scalar: the host checks it before the launch, a position (select's
+    index; `wrap`: -extent.. accepted) or, with `size`, an index tensor's extent along
+    `dim`, which may not exceed `extent` (gather)."""
+
+    op: str
+    dim: int
+    tensor: str
+    extent: Any
+    value: Any = None
+    wrap: bool = False
+    size: bool = False
 
 
 @dataclass
@@ -461,6 +577,9 @@ class Kernel:
     grid_strided: bool = False
     #: blocks per SM the compiler must make room for (__launch_bounds__'s second argument)
     min_blocks: int = 0
+    #: the index ops' bounds checks (see IndexCheck); with a device check among them the
+    #: kernel has an "index_error" parameter the runtime reads after each launch
+    index_checks: tuple[IndexCheck, ...] = ()
 
 
 

@@ -40,7 +40,16 @@ class ParamTable:
                                                        readonly=tv in self._inputs))
 
     def stride(self, tv: TensorView, dim: int) -> Param:
-        """`tv`'s stride, in elements, along logical dim `dim`."""
+        """`tv`'s stride, in elements, along logical dim `dim`. The parameter's source is
+        the torch tensor's dim holding that axis: the same dim, except for an input whose
+        logical domain adds broadcasts to the root it holds (seed 000), where the added
+        broadcasts have no stride."""
+        if tv.domain.added_broadcasts():
+            axis = tv.logical_no_reductions()[dim]
+            held = tv.tensor_axes()
+            if axis not in held:
+                raise NotLowerable(f"{tv!r}: {axis!r} is a broadcast added to its root; it has no stride")
+            dim = held.index(axis)
         return self._get(("stride", tv, dim), lambda: Param(f"s{tv.name}_{dim}", "stride", (tv, dim), self._index_fmt))
 
     def extent(self, s: Scalar) -> Param:
@@ -64,12 +73,26 @@ class ParamTable:
             fmt = _INT_FMT.get(s.dtype.itemsize, "q")
         return self._get(("scalar", s), lambda: Param(f"{s.dtype.scalar_prefix}{s.name}", "scalar", s, fmt, s.dtype))
 
-    def work(self, name: str, dtype: DataType, welford: bool, slots: int) -> Param:
+    def philox(self) -> tuple[Param, Param]:
+        """The seed and base offset of the unseeded RNG ops, drawn once per fusion execution
+        and filled in at each launch (64-bit patterns, passed as long long)."""
+        seed = self._get(("philox seed",), lambda: Param("philox_seed", "philox_seed", None, "q", DataType.Int))
+        base = self._get(("philox offset",), lambda: Param("philox_offset", "philox_offset", None, "q", DataType.Int))
+        return seed, base
+
+    def work(self, name: str, dtype: DataType, welford: bool, slots: int, fixed: int = 0) -> Param:
         """A grid reduction's global buffer of partials: `slots` values (Welford
-        accumulators with `welford`) of `dtype` per block, allocated at each launch."""
+        accumulators with `welford`) of `dtype` per block and `fixed` more, allocated at
+        each launch."""
         elem = dtype.itemsize * 2 + 8 if welford else dtype.itemsize
-        return self._get(("work", name), lambda: Param(name, "work", (elem, slots), "P", dtype, pointer=True,
+        return self._get(("work", name), lambda: Param(name, "work", (elem, slots, fixed), "P", dtype, pointer=True,
                                                       welford=welford))
+
+    def index_error(self) -> Param:
+        """The error flag index ops' device bounds checks record an out-of-range value in
+        (zeroed; the runtime reads it after the launch)."""
+        return self._get(("index_error",), lambda: Param("index_error", "index_error", None, "P", DataType.UInt64,
+                                                        pointer=True))
 
     def semaphore(self) -> Param:
         """The grid reductions' arrival counters: one zeroed unsigned int per blockIdx.x."""

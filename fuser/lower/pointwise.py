@@ -7,31 +7,41 @@ each tensor from it.
 """
 from __future__ import annotations
 
-from fuser.ir import DataType, Fusion, IterDomain, ParallelType, TensorView, Val
+import sys
+
+from fuser.ir import CatOp, DataType, Fusion, IterDomain, PadOp, ParallelType, ReshapeOp, SliceOp, TensorView, Val
+from fuser.ir.exprs import BinaryOpType, TernaryOpType
 from fuser.scheduler.analysis import FusionAnalysis, SubFusion
 
 from .errors import NotLowerable
-from .index import Indices, TensorIndexer
+from .index import Indices, Map, TensorIndexer
+from .lookup import INDEX_OPS, Lookups
 from .kir import (
     AddressOf,
     Assign,
+    Cast,
     Comment,
+    Const,
     Decl,
     Element,
     Expr,
     For,
     If,
+    IndexBinary,
     IndexCast,
     IntLit,
     Kernel,
     Not,
     ParallelIndex,
     Stmt,
+    Ternary,
     Var,
     VecLoad,
     VecStore,
     all_of,
     eq,
+    lt,
+    substitute,
 )
 from .params import ParamTable
 from .values import scalar, tensor_value
@@ -53,10 +63,15 @@ class PointwiseLowering:
         self.params = ParamTable(fusion.inputs, index_type)
         sub = sub if sub is not None else FusionAnalysis(fusion).whole()
         self.index = TensorIndexer(fusion, ref, sub, self.params)
+        self.lookups = Lookups(fusion, self.index, self.params)
         self.lanes = 1
 
     def lower(self) -> Kernel:
         """The kernel: the loop nest, unswitched where one unrolled loop has predicates."""
+        # values are made depth first from the outputs: one frame or two per op on a path
+        need = 4 * len(self.fusion.exprs()) + 500
+        if sys.getrecursionlimit() < need:
+            sys.setrecursionlimit(need)
         loop_index: Indices = {}
         serial: list[tuple[IterDomain, Var]] = []  # loops, outermost first
         grid_extent = grid_extent_y = None
@@ -120,8 +135,8 @@ class PointwiseLowering:
             else:
                 nest.append(Comment("every index in bounds"))
                 nest.extend(inner)
-        return Kernel(self.name, self.params.params, body, self.index_type, threads=threads,
-                      grid_extent=grid_extent, grid_extent_y=grid_extent_y)
+        return self.lookups.finish(Kernel(self.name, self.params.params, body, self.index_type, threads=threads,
+                                          grid_extent=grid_extent, grid_extent_y=grid_extent_y))
 
     def _stages(self, loop_index: Indices, at_lane0: Indices, size: int, ri: Expr, base: Expr | None, *,
                 per_stage: bool, unroll: tuple[Var, Expr] | None = None) -> list[Stmt]:
@@ -129,10 +144,18 @@ class PointwiseLowering:
         register element `ri` (over the lane variable), vector accesses at register offset
         `base` (None: the arrays' start). With `per_stage`, each stage is its own loop over
         the unrolled axis `unroll`."""
-        fusion, lanes, index, params = self.fusion, self.lanes, self.index, self.params
+        lanes, index, params = self.lanes, self.index, self.params
         idx_v = index.ref_indices(loop_index)
         idx_0 = index.ref_indices(at_lane0)
-        regs: dict[Val, Element] = {}
+        lane0 = {_LANE: IntLit(0)}
+        graph = _ValueGraph(self, idx_v, ri)
+        outs = []
+        for out in self.fusion.outputs:
+            if isinstance(out, TensorView):
+                amap, conds = index.output_map(out, idx_v)
+                outs.append((out, amap, conds, graph.node(out, amap)))
+        graph.sort()
+        guards = graph.guards([(n, conds) for _, _, conds, n in outs])
         decls: list[Stmt] = []
         loads: list[Stmt] = []
         lane_loads: list[Stmt] = []
@@ -142,57 +165,46 @@ class PointwiseLowering:
         def at(array: Var) -> Expr:
             return array if base is None else array + base
 
-        def operand(v: Val) -> Expr:
-            if isinstance(v, TensorView):
-                got = regs.get(v)
-                if got is None:
-                    raise NotLowerable(f"{v!r} is read before it is computed")
-                return got
-            return scalar(v, params)
+        def at_lane0(amap: Map) -> Map:
+            return {a: substitute(e, lane0) for a, e in amap.items()}
 
-        def axis_index(axis: IterDomain) -> Expr:
-            r = index.ref_axis(axis)
-            return idx_v[r] if r is not None else IntLit(0)
-
-        exprs = fusion.exprs()
-        for tv in fusion.inputs:
-            if not isinstance(tv, TensorView) or not any(tv in e.inputs for e in exprs):
+        for n in graph.order:
+            if n.kind == "alias":
                 continue
-            array = Var(f"r{tv.name}")
-            decls.append(Decl(array.name, tv.dtype, size))
-            regs[tv] = Element(array, ri)
+            decls.append(Decl(n.reg.base.name, n.tv.dtype, size))
+            if n.kind == "compute":
+                compute.append(Assign(n.reg, n.rhs))
+                continue
+            tv = n.tv
             ptr = params.tensor(tv)
-            if lanes > 1 and tv.name in self.vector_tensors:
-                loads.append(VecLoad(tv.dtype, lanes, at(array), AddressOf(Element(ptr, index.offset(tv, idx_0)))))
+            guard = guards.get(n)
+            if lanes > 1 and tv.name in self.vector_tensors and index.lanes_contiguous(tv, n.amap, idx_v, _LANE):
+                vec = VecLoad(tv.dtype, lanes, at(n.reg.base),
+                              AddressOf(Element(ptr, index.offset(tv, idx_0, at_lane0(n.amap)))))
+                if guard is None:
+                    loads.append(vec)
+                else:  # a pad's or cat's boundary is a multiple of the width: lane 0 decides
+                    loads.append(If(substitute(guard, lane0), [vec], self._lanes([Assign(n.reg, _zero(tv.dtype))])))
             else:
-                lane_loads.append(Assign(regs[tv], Element(ptr, index.offset(tv, idx_v))))
-        index_dtype = DataType.Int if self.index_type == "int64" else DataType.Int32
-        for e in exprs:
-            outs = [o for o in e.outputs if isinstance(o, TensorView)]
-            if not outs:
-                continue  # host arithmetic: inlined where used
-            if len(outs) != 1:
-                raise NotLowerable(f"{type(e).__name__} with several outputs")
-            (out,) = outs
-            rhs = tensor_value(e, out, operand, params, axis_index, index_dtype)
-            if rhs is None:  # a view: the same element as its operand
-                regs[out] = regs[e.inputs[0]]
-                continue
-            array = Var(f"t{out.name}")
-            decls.append(Decl(array.name, out.dtype, size))
-            regs[out] = Element(array, ri)
-            compute.append(Assign(regs[out], rhs))
-        for out in fusion.outputs:
-            if not isinstance(out, TensorView):
-                continue
+                value: Expr = Element(ptr, index.offset(tv, idx_v, n.amap))
+                if guard is not None:  # read only where the element is used: never out of bounds
+                    value = Ternary(TernaryOpType.Where, (guard, value, _zero(tv.dtype)),
+                                    (DataType.Bool, tv.dtype, tv.dtype), tv.dtype)
+                lane_loads.append(Assign(n.reg, value))
+        for out, amap, conds, n in outs:
             ptr = params.tensor(out)
-            src = regs[out]
+            src = n.reg
             guard = index.writer_guard(out, idx_0)
-            if lanes > 1 and out.name in self.vector_tensors:
-                st: list[Stmt] = [VecStore(out.dtype, lanes, AddressOf(Element(ptr, index.offset(out, idx_0))),
+            if lanes > 1 and out.name in self.vector_tensors and index.lanes_contiguous(out, amap, idx_v, _LANE):
+                st: list[Stmt] = [VecStore(out.dtype, lanes, AddressOf(Element(ptr, index.offset(out, idx_0,
+                                                                                           at_lane0(amap)))),
                                            at(src.base))]
+                guard = all_of([c for c in (guard, *(substitute(c, lane0) for c in conds)) if c is not None])
             else:
-                st = self._lanes([Assign(Element(ptr, index.offset(out, idx_v)), src)])
+                st = [Assign(Element(ptr, index.offset(out, idx_v, amap)), src)]
+                if conds:
+                    st = [If(all_of(conds), st)]
+                st = self._lanes(st)
             stores.extend([If(guard, st)] if guard is not None else st)
 
         def over_unroll(stmts: list[Stmt]) -> list[Stmt]:
@@ -218,6 +230,151 @@ class PointwiseLowering:
         if self.lanes > 1:
             return [For(_LANE, IntLit(self.lanes), stmts, unroll=True, dtype=DataType.Int32)]
         return stmts
+
+
+def _zero(dtype: DataType) -> Const:
+    return Const(False if dtype.is_boolean else 0, dtype)
+
+
+class _Node:
+    """One tensor's value at one index map: loaded (a kernel input), computed into a
+    register array, or an alias of an operand's register (a view)."""
+
+    __slots__ = ("tv", "amap", "kind", "reg", "rhs", "children")
+
+    def __init__(self, tv: TensorView, amap: Map) -> None:
+        self.tv, self.amap = tv, amap
+        self.kind = "load"
+        self.reg: Element | None = None
+        self.rhs: Expr | None = None
+        #: (operand node, the condition under which this node reads it; None: always)
+        self.children: list[tuple[_Node, Expr | None]] = []
+
+
+class _ValueGraph:
+    """The values a tile computes: each tensor once per distinct index map it is used at
+    (x and slices of x read x at several maps), operands before their uses in `order`."""
+
+    def __init__(self, low: PointwiseLowering, idx: Indices, ri: Expr) -> None:
+        self.low, self.idx, self.ri = low, idx, ri
+        self.memo: dict[tuple, _Node] = {}
+        self.order: list[_Node] = []
+        self._names: dict[str, int] = {}
+        self.index_dtype = DataType.Int if low.index_type == "int64" else DataType.Int32
+
+    def _reg(self, prefix: str, tv: TensorView) -> Element:
+        name = f"{prefix}{tv.name}"
+        k = self._names.get(name, 0)
+        self._names[name] = k + 1
+        return Element(Var(name if k == 0 else f"{name}_{k}"), self.ri)
+
+    def node(self, tv: TensorView, amap: Map) -> _Node:
+        """The value of `tv` at `amap` (made with its operands on first use)."""
+        key = (tv, tuple(amap[i] for i in tv.logical_no_reductions()))
+        got = self.memo.get(key)
+        if got is not None:
+            return got
+        n = self.memo[key] = _Node(tv, amap)
+        low = self.low
+        e = tv.definition
+        if tv in low.fusion.inputs or e is None:
+            n.reg = self._reg("r", tv)
+            self.order.append(n)
+            return n
+        outs = [o for o in e.outputs if isinstance(o, TensorView)]
+        if len(outs) != 1:
+            raise NotLowerable(f"{type(e).__name__} with several outputs")
+        # an index op's lookup tensor is read where the op computes (see lookup.Lookups)
+        skip = 1 if isinstance(e, INDEX_OPS) else 0
+        operands = [v for v in e.inputs[skip:] if isinstance(v, TensorView)]
+        maps = low.index.operand_maps(e, tv, amap, list(dict.fromkeys(operands)))
+        n.children = [(self.node(x, m), cond) for x, m, cond in maps]
+        by_tv = {c.tv: c for c, _ in n.children}
+        n.kind = "compute"
+        if isinstance(e, CatOp):
+            offs = low.index.cat_offsets(e)
+            i = amap[tv.logical_no_reductions()[e.dim]]
+            value: Expr = n.children[-1][0].reg
+            dt = tv.dtype
+            for k in range(len(n.children) - 2, -1, -1):
+                value = Ternary(TernaryOpType.Where, (lt(i, offs[k + 1]), n.children[k][0].reg, value),
+                                (DataType.Bool, dt, dt), dt)
+            n.rhs = value
+        elif isinstance(e, PadOp):
+            (child, cond), = n.children
+            if cond is None:
+                n.kind, n.reg = "alias", child.reg
+            else:
+                fill = e.inputs[1]
+                pad = scalar(fill, low.params)
+                if fill.dtype != tv.dtype:
+                    pad = Cast(pad, fill.dtype, tv.dtype)
+                n.rhs = Ternary(TernaryOpType.Where, (cond, child.reg, pad), (DataType.Bool, tv.dtype, tv.dtype),
+                                tv.dtype)
+        elif isinstance(e, (SliceOp, ReshapeOp)):
+            n.kind, n.reg = "alias", n.children[0][0].reg
+        else:
+            def operand(v: Val) -> Expr:
+                if isinstance(v, TensorView):
+                    return by_tv[v].reg
+                return scalar(v, low.params)
+
+            rhs = tensor_value(e, tv, operand, low.params, lambda a: amap[a], self.index_dtype, low.lookups.value)
+            if rhs is None:  # a view: the same element as its operand
+                n.kind, n.reg = "alias", by_tv[e.inputs[0]].reg
+            else:
+                n.rhs = rhs
+        if n.reg is None:
+            n.reg = self._reg("t", tv)
+        self.order.append(n)
+        return n
+
+    def sort(self) -> None:
+        """Order the values as the fusion orders their ops (a topological order too: the
+        generated code reads as the definition does)."""
+        pos = {e: k for k, e in enumerate(self.low.fusion.exprs())}
+        self.order.sort(key=lambda n: pos.get(n.tv.definition, -1) if n.kind != "load" else -1)
+
+    def guards(self, roots: list[tuple[_Node, list[Expr]]]) -> dict[_Node, Expr]:
+        """The condition under which each loaded value is used (absent: always): the
+        disjunction, over the ways outputs read it (each output under the conditions it is
+        written in), of the pads' and cats' conditions on the way."""
+        ways: dict[_Node, list[tuple[Expr, ...]]] = {}
+        for n, conds in roots:
+            got = ways.setdefault(n, [])
+            c = tuple(conds)
+            if not c:
+                got[:] = [()]
+            elif () not in got and c not in got:
+                got.append(c)
+        for n in reversed(self.order):  # consumers before their operands
+            mine = ways.get(n)
+            if mine is None:
+                continue
+            for child, cond in n.children:
+                got = ways.setdefault(child, [])
+                if () in got:
+                    continue
+                for conj in mine:
+                    c = conj + (cond,) if cond is not None else conj
+                    if not c:
+                        got[:] = [()]
+                        break
+                    if c not in got:
+                        got.append(c)
+        out: dict[_Node, Expr] = {}
+        for n in self.order:
+            if n.kind != "load":
+                continue
+            w = ways.get(n, [()])
+            if () in w:
+                continue
+            expr = None
+            for conj in w:
+                term = all_of(list(dict.fromkeys(conj)))
+                expr = term if expr is None else IndexBinary(BinaryOpType.LogicalOr, expr, term)
+            out[n] = expr
+        return out
 
 
 def _at_lane0(loop_index: Indices) -> Indices:

@@ -28,6 +28,7 @@ from fuser.ir import (
     IterDomain,
     ParallelType,
     ReductionOp,
+    RNGOp,
     TensorView,
     UnaryOp,
     Val,
@@ -42,6 +43,7 @@ from fuser.scheduler.reduction import ReductionParams
 from . import kir
 from .errors import NotLowerable
 from .index import TensorIndexer
+from .lookup import Lookups
 from .kir import (
     Assign,
     BlockAllReduce,
@@ -86,6 +88,8 @@ _COSTLY_UNARY = frozenset({
 def _costly(e) -> bool:
     if isinstance(e, UnaryOp):
         return e.op_type in _COSTLY_UNARY
+    if isinstance(e, RNGOp):  # ten Philox rounds per block of numbers
+        return True
     return isinstance(e, BinaryOp) and e.op_type in (BinaryOpType.Pow, BinaryOpType.Atan2)
 
 
@@ -105,6 +109,7 @@ class ReductionLowering:
         self.name = name
         self.params = ParamTable(list(fusion.inputs), params.index_type)
         self.ix = TensorIndexer(fusion, ref, sub, self.params)
+        self.lookups = Lookups(fusion, self.ix, self.params, ref_axes_only=True)
         self.vector_tensors = vector_tensors
         find, id_of = sub.uf.find, sub.a.id_of
         self._red_classes = red_classes
@@ -262,8 +267,8 @@ class ReductionLowering:
         p = self.p
         if p.persistent and not p.inner and p.grid_y > 1:  # an outer-persistent grid allreduce
             kw = {"grid_sync": True, "min_blocks": OUTER_PERSISTENT_MIN_BLOCKS, **kw}
-        return Kernel(self.name, self.params.params, self._shared_decls + self.body, p.index_type, threads=p.bdx, threads_y=p.bdy,
-                      includes=("fuser_reduction.cuh",), **kw)
+        return self.lookups.finish(Kernel(self.name, self.params.params, self._shared_decls + self.body, p.index_type,
+                                          threads=p.bdx, threads_y=p.bdy, includes=("fuser_reduction.cuh",), **kw))
 
     def _setup(self) -> None:
         """Extents and the serial loop's step count."""
@@ -293,7 +298,7 @@ class ReductionLowering:
         if not p.persistent and any(self.full(tv) and self.stage.get(tv, 0) > 0 for tv in self.stage):
             raise NotLowerable("a reduction kernel reuses the reduced axes after a reduction (persistent)")
         for tv in self.fusion.inputs:
-            if isinstance(tv, TensorView) and self.full(tv):
+            if isinstance(tv, TensorView) and self.full(tv) and self._used(tv):
                 self._array(tv, "r")
         # reduced-shape inputs: read once per thread, before the column loops
         self._load_reduced_inputs()
@@ -334,7 +339,8 @@ class ReductionLowering:
             self._row_loads.extend(stmts)
 
     def _used(self, tv: TensorView) -> bool:
-        return any(tv in e.inputs for e in self.exprs)
+        """Whether the kernel loads input `tv` (index ops read their lookup tensors themselves)."""
+        return any(tv in e.inputs for e in self.exprs) and not self.lookups.skip_load(tv)
 
     def _lanes_reduced(self, stmts: list, tv: TensorView, ptr, idx, *, load: bool) -> list:
         """Statements over the lanes of a reduced value (outer kernels hold a vector of
@@ -380,7 +386,7 @@ class ReductionLowering:
             return scalar_value(x, self.params)
 
         rhs = tensor_value(e, out, operand, self.params, lambda axis: self._axis_index(axis, u, v),
-                           _INDEX_DTYPE[self.p.index_type])
+                           _INDEX_DTYPE[self.p.index_type], self.lookups.value)
         if rhs is None:  # a view: the same element as its operand
             self.regs[out] = self.regs[e.inputs[0]]
             if e.inputs[0] in self._lane_invariant:

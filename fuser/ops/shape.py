@@ -278,7 +278,9 @@ def _normalize_index(idx: Extent, extent: Scalar, manual: bool) -> Scalar:
     if c is not None and e is not None:
         v = c + e if c < 0 else c
         return Scalar(DataType.Int, min(max(v, 0), e))
-    if c is not None and c >= 0:
+    if c == 0:
+        return Scalar(DataType.Int, 0)  # extents are never negative
+    if c is not None and c > 0:
         return ext.minimum(c, extent)
     if c is not None:
         return ext.maximum(ext.add(extent, c), 0)

@@ -71,7 +71,8 @@ class _Dim:
 class _TensorInput:
     """Precomputed requirements of one TensorView input."""
 
-    __slots__ = ("index", "label", "tv", "torch_dtype", "dtype", "ndim", "dims", "alloc", "order_note", "is_cpu_scalar")
+    __slots__ = ("index", "label", "tv", "torch_dtype", "dtype", "ndim", "axes", "dims", "alloc", "order_note",
+                 "is_cpu_scalar", "root_note", "bind_ones")
 
     def __init__(self, index: int, tv: TensorView) -> None:
         self.index = index
@@ -79,14 +80,35 @@ class _TensorInput:
         self.label = f"input {index} (T{tv.name})"
         self.dtype = tv.dtype
         self.torch_dtype = tv.dtype.torch
-        logical = tv.logical_no_reductions()
-        self.ndim = len(logical)
-        self.dims = [_Dim(i) for i in logical]
+        # the tensor holds the root where the logical domain only adds broadcasts to it
+        # (seed 000): those axes are in no memory, so the tensor has no dims for them
+        axes = tv.tensor_axes()
+        added = tv.domain.added_broadcasts()
+        self.axes = axes
+        self.ndim = len(axes)
+        self.dims = [_Dim(i) for i in axes]
         self.is_cpu_scalar = bool(getattr(tv, "is_cpu_scalar", False))
-        pos = {i: d for d, i in enumerate(logical)}
-        alloc = [(i, c) for i, c in zip(tv.allocation, tv.domain.contiguity) if not i.is_reduction]
-        if {i for i, _ in alloc} != set(logical):
-            raise ValueError(f"T{tv.name}: the allocation domain is not a permutation of the logical domain")
+        self.root_note = ""
+        self.bind_ones: list[Scalar] = []
+        if added:
+            from fuser.ir.printer import id_str
+
+            logical = tv.logical_no_reductions()
+            where = ", ".join(str(logical.index(i)) for i in added)
+            self.root_note = (f" (its root domain ({', '.join(id_str(i) for i in axes)}): the logical domain "
+                              f"({', '.join(id_str(i) for i in logical)}) adds broadcast dim{'s' if len(added) > 1 else ''} "
+                              f"{where}, which the tensor does not hold)")
+            for i in added:
+                if i.expanded_extent is not None and not i.expanded_extent.is_const:
+                    raise ValueError(f"T{tv.name}: broadcast {id_str(i)} added to the root is expanded to a size "
+                                     "no dim of the tensor gives")
+                if not i.extent.is_const:
+                    self.bind_ones.append(i.extent)
+        pos = {i: d for d, i in enumerate(axes)}
+        alloc = [(i, c) for i, c in zip(tv.allocation, tv.domain.contiguity) if not i.is_reduction and i not in added]
+        if {i for i, _ in alloc} != set(axes) or len(alloc) != len(axes):
+            kind = "root" if added else "logical"
+            raise ValueError(f"T{tv.name}: the allocation domain is not a permutation of the {kind} domain")
         # innermost first; broadcast axes constrain no stride here (expanded ones: see rule 5)
         self.alloc = [(pos[i], c is True) for i, c in reversed(alloc) if not i.is_broadcast]
         order = [pos[i] for i, _ in alloc]
@@ -172,8 +194,7 @@ class BindingPlan:
         members: list[tuple[tuple[int, int], Val]] = []
         class_reps: dict[IterDomain, None] = {}  # first ID of each exact class with an input axis
         for spec in self.tensor_specs:
-            logical = spec.tv.logical_no_reductions()
-            for d, (id_, dim) in enumerate(zip(logical, spec.dims)):
+            for d, (id_, dim) in enumerate(zip(spec.axes, spec.dims)):
                 nodes: list[Val] = []
                 if dim.kind == _ITER:
                     rep = exact.class_of(id_)[0]
@@ -229,6 +250,8 @@ class BindingPlan:
                         extents[dim.bind] = size
                     if dim.bind_one is not None:
                         extents[dim.bind_one] = 1
+                for one in spec.bind_ones:
+                    extents[one] = 1
             else:
                 value = _check_scalar(spec, x)
                 values[spec.index] = value
@@ -294,7 +317,8 @@ def _check_tensor(spec: _TensorInput, x: object) -> tuple[int, ...]:
         raise InputError(f"{label}: expected dtype {spec.torch_dtype} ({spec.dtype}), got {x.dtype}")
     shape = tuple(x.shape)
     if len(shape) != spec.ndim:
-        raise InputError(f"{label}: expected a {spec.ndim}-D tensor, got a {len(shape)}-D tensor of shape {shape}")
+        raise InputError(f"{label}: expected a {spec.ndim}-D tensor{spec.root_note}, got a {len(shape)}-D tensor "
+                         f"of shape {shape}")
     strides = x.stride()
     # nothing is read from an empty tensor, so its strides do not matter (nvFuser agrees)
     check_strides = 0 not in shape

@@ -11,6 +11,10 @@ from typing import Any, Sequence
 
 import torch
 
+from fuser.ir import RNGOp, Scalar, fusion_str
+from fuser.options import dump, dump_enabled
+from fuser.preseg import PresegFusion, enabled_passes, run_passes
+
 from .binding import Binding, bind_inputs
 from .info import runtime_info
 
@@ -18,27 +22,44 @@ from .info import runtime_info
 MAX_SIGNATURES = 64
 
 
-def signature(inputs: Sequence[Any], device: Any = None) -> tuple:
+def signature(inputs: Sequence[Any], device: Any = None, free: frozenset[int] = frozenset()) -> tuple:
     """What validation and segmentation depend on: each tensor's sizes, strides, dtype,
     device and data alignment (which accesses a kernel may vectorise); each scalar's
-    type and, for integers (sizes), its value; the requested device."""
+    type and, for integers (sizes), its value, except at the positions in `free`
+    (`value_free_inputs`); the requested device."""
     sig: list[Any] = [device]
-    for x in inputs:
+    for k, x in enumerate(inputs):
         if isinstance(x, torch.Tensor):
             cuda = x.is_cuda
             sig.append((x.shape, x.stride(), x.dtype, x.get_device() if cuda else x.device.type,
                         x.data_ptr() % 16 if cuda else 0))
         elif isinstance(x, (bool, int)):
-            sig.append((type(x), x))
+            sig.append((type(x),) if k in free else (type(x), x))
         else:
             sig.append(type(x))
     return tuple(sig)
 
 
+def value_free_inputs(fusion: Any) -> frozenset[int]:
+    """Positions of the integer scalar inputs that only RNG ops read, as their rng_seed or
+    rng_offset: their values pick random streams (kernel parameters filled at each launch)
+    and decide nothing a runner fixes, so a new seed or offset per call (Thunder's
+    uniform_philox) reuses the runner. Cached on the fusion."""
+    got = fusion.__dict__.get("_value_free_inputs")
+    if got is None:
+        def seeds_only(e: Any, v: Any) -> bool:
+            return isinstance(e, RNGOp) and e.has_seed and v not in e.inputs[:-2]
+
+        got = fusion._value_free_inputs = frozenset(
+            k for k, v in enumerate(fusion.inputs)
+            if isinstance(v, Scalar) and v.dtype.is_integral and v.uses and all(seeds_only(e, v) for e in v.uses))
+    return got
+
+
 def segmented_runner(entry: Any, inputs: Sequence[Any], device: Any = None, binding: Binding | None = None):
     """The entry's runner for this call's input signature, validating the inputs and
     segmenting on first sight of it."""
-    key = signature(inputs, device)
+    key = signature(inputs, device, value_free_inputs(entry.fusion))
     runner = entry.executors.get(key)
     if runner is None:
         from fuser.segment import segment_fusion
@@ -46,14 +67,33 @@ def segmented_runner(entry: Any, inputs: Sequence[Any], device: Any = None, bind
         from .segmented import SegmentedRunner
 
         fusion = entry.fusion
+        dev = torch.device(device) if device is not None else None
         if binding is None:
-            binding = bind_inputs(fusion, inputs, device=torch.device(device) if device is not None else None)
+            binding = bind_inputs(fusion, inputs, device=dev)
+        pre = preseg_fusion(entry)
+        if pre.fusion is not fusion:
+            # the passes' copy has its own values (and inputs it reads the same tensors as)
+            fusion = pre.fusion
+            binding = bind_inputs(fusion, inputs, device=dev)
+        if dump_enabled("fusion_ir_preseg"):
+            dump("fusion_ir_preseg", "Fusion IR after pre-segmenter optimization passes:\n" + fusion_str(fusion))
         seg = segment_fusion(fusion, runtime_info(fusion, binding.tensors, binding=binding))
         runner = SegmentedRunner(seg, binding)
+        runner.preseg = pre
         if len(entry.executors) >= MAX_SIGNATURES:
             entry.executors.pop(next(iter(entry.executors)))
         entry.executors[key] = runner
     return runner
+
+
+def preseg_fusion(entry: Any) -> PresegFusion:
+    """The entry's fusion after the pre-segmentation passes FUSER_DISABLE leaves on (made
+    once per set of enabled passes: the passes do not depend on the inputs)."""
+    key = enabled_passes()
+    got = entry.preseg.get(key)
+    if got is None:
+        got = entry.preseg[key] = run_passes(entry.fusion)
+    return got
 
 
 def run(entry: Any, inputs: Sequence[Any], *, device: Any = None) -> list[torch.Tensor]:

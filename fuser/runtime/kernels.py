@@ -18,8 +18,11 @@ from fuser.lower.kir import Kernel
 from fuser.lower.lower import NotLowerable, lower_pointwise
 from fuser.scheduler import FusionAnalysis, SchedulerRuntimeInfo, SchedulerType
 from fuser.scheduler import pointwise as pw
+from fuser.scheduler import resize as rs
 from fuser.scheduler.vectorize import stride_alignment, vectorizable
 
+from .index_check import ErrorFlag, check_on_host
+from . import philox
 from .info import runtime_info
 
 #: loaded kernels by (source, arch, device): new sizes whose heuristics come out equal
@@ -46,7 +49,7 @@ def _check_covers(info: SchedulerRuntimeInfo, fusion: Fusion, args: Sequence[Any
         return
     for tv, x in zip(fusion.inputs, args):
         if isinstance(x, torch.Tensor) and x.numel() == 0 and isinstance(tv, TensorView) and all(
-                n > 0 for i, n in zip(tv.logical_no_reductions(), x.shape) if not i.is_broadcast):
+                n > 0 for i, n in zip(tv.tensor_axes(), x.shape) if not i.is_broadcast):
             raise NotLowerable(f"input {tv!r} has no elements but the kernel would read it")
 
 
@@ -78,10 +81,15 @@ class GeneratedKernel:
         self._in_ptrs, self._out_ptrs, self._scalars = [], [], []
         self._out_storage_ptrs: list[tuple[int, int]] = []
         #: (param position, bytes) of the work buffers a grid reduction needs per launch:
-        #: per block here, for the whole grid once `load` has fixed the grid
-        self._work: list[tuple[int, int]] = []
+        #: (position, per block, beside those) here, for the whole grid once `load` has
+        #: fixed the grid
+        self._work: list[tuple[int, ...]] = []
         self._semaphore: int | None = None
         self._semaphores: dict[int, torch.Tensor] = {}
+        #: (param position, flag) of the index ops' device bounds checks
+        self._index_error: tuple[int, ErrorFlag] | None = None
+        #: positions of the unseeded RNG ops' seed and base offset, filled per execution
+        self._philox: list[tuple[int, int]] = []
         for k, p in enumerate(self.kernel.params):
             if p.kind == "stride":
                 tv, d = p.source
@@ -91,10 +99,14 @@ class GeneratedKernel:
             elif p.kind == "scalar":
                 self._scalars.append((k, in_pos[p.source]))
             elif p.kind == "work":
-                elem_bytes, slots = p.source
-                self._work.append((k, slots * elem_bytes))
+                elem_bytes, slots, fixed = p.source
+                self._work.append((k, slots * elem_bytes, fixed * elem_bytes))
             elif p.kind == "semaphore":
                 self._semaphore = k
+            elif p.kind == "index_error":
+                self._index_error = (k, ErrorFlag(self.kernel, self.info.device))
+            elif p.kind in ("philox_seed", "philox_offset"):
+                self._philox.append((k, 0 if p.kind == "philox_seed" else 1))
             elif p.source in in_pos:
                 self._in_ptrs.append((k, in_pos[p.source]))
             else:
@@ -148,7 +160,7 @@ class GeneratedKernel:
                                    f"{threads} threads, but the GPU holds {resident} at once")
         if self.compiled is None:
             blocks = self.grid[0] * self.grid[1]
-            self._work = [(k, max(1, blocks * n)) for k, n in self._work]
+            self._work = [(k, max(1, blocks * n + fixed)) for k, n, fixed in self._work]
         self.compiled = compiled
 
     def allocate_outputs(self) -> list[torch.Tensor]:
@@ -159,8 +171,16 @@ class GeneratedKernel:
             outs.append(t if user is None else t.expand(user))
         return outs
 
-    def run(self, inputs: Sequence[Any], outputs: Sequence[torch.Tensor]) -> None:
-        """Launch on PyTorch's current stream: `inputs` in the segment's input order."""
+    @property
+    def draws_random(self) -> bool:
+        """Whether the kernel has unseeded RNG ops (it needs the execution's seed and offset)."""
+        return bool(self._philox)
+
+    def run(self, inputs: Sequence[Any], outputs: Sequence[torch.Tensor],
+            philox_state: tuple[int, int] | None = None) -> None:
+        """Launch on PyTorch's current stream: `inputs` in the segment's input order;
+        `philox_state` the execution's (seed, base offset) of unseeded RNG ops (drawn here
+        when the kernel has some and none is given)."""
         compiled = self.compiled
         if compiled is None:
             self.load()
@@ -176,9 +196,22 @@ class GeneratedKernel:
             values[k] = outputs[j].untyped_storage().data_ptr()
         for k, j in self._scalars:
             values[k] = inputs[j]
+        if self._philox:
+            if philox_state is None:
+                philox_state = philox.draw(self.info.device, philox.streams(self.fusion))
+            for k, which in self._philox:
+                values[k] = philox.as_int64(philox_state[which])
         if self._work:
             self._grid_buffers(values)
+        if self._index_error is None:
+            compiled.launch(self.grid, self.block, values)
+            return
+        # index tensors' values are checked on the device: reading the flag after the launch
+        # waits for it (a synchronisation only kernels with such checks pay)
+        k, flag = self._index_error
+        values[k] = flag.pointer()
         compiled.launch(self.grid, self.block, values)
+        flag.raise_if_set()
 
     def _grid_buffers(self, values: list[Any]) -> None:
         """A grid reduction's buffers: partials from PyTorch's allocator for this launch, and
@@ -218,17 +251,34 @@ def prepare_pointwise(fusion: Fusion, args: Sequence[Any], device: torch.device 
     what a segment with no tensor inputs allocates and launches on; default: the
     arguments'). Raises NotLowerable when the segment needs code this generator does not
     write yet."""
+    return _prepare_elementwise(fusion, args, device, resize=False)
+
+
+def prepare_resize(fusion: Fusion, args: Sequence[Any], device: torch.device | None = None) -> GeneratedKernel:
+    """Schedule and lower a resize segment (slices, pads and cats among elementwise work) as
+    `prepare_pointwise` does a pointwise one: over the output the resize scheduler picks,
+    with vectors no wider than the slices', pads' and cats' offsets allow."""
+    return _prepare_elementwise(fusion, args, device, resize=True)
+
+
+def _prepare_elementwise(fusion: Fusion, args: Sequence[Any], device: torch.device | None, *,
+                         resize: bool) -> GeneratedKernel:
     fusion, _ = fusion.clone()  # scheduling transforms the copy; the segment stays as defined
     info = runtime_info(fusion, args, device=device)
     sub = FusionAnalysis(fusion, info).whole()
     try:
-        ref = pw.reference_tensor(sub)
+        ref = rs.reference_tensor(sub) if resize else pw.reference_tensor(sub)
     except ValueError as err:
         raise NotLowerable(str(err)) from None
     concrete = [i for i in ref.logical_no_reductions() if not i.is_broadcast]
-    vec = vectorizable(sub, concrete[-1]) if concrete else []
+    if resize:
+        vec = rs.vector_candidates(sub, ref)
+        limit = min(stride_alignment(sub, vec), rs.vector_limit(sub, ref))
+    else:
+        vec = vectorizable(sub, concrete[-1]) if concrete else []
+        limit = stride_alignment(sub, vec)
     total = info.numel(ref)
-    params = pw.heuristics(sub, vec, pw.inner_extent(info, ref), total, ref, max_vector=stride_alignment(sub, vec))
+    params = pw.heuristics(sub, vec, pw.inner_extent(info, ref), total, ref, max_vector=limit)
     pw.schedule(fusion, ref, params, sub)
     kernel = lower_pointwise(fusion, ref, params.vectorize, frozenset(tv.name for tv in vec), params.index_type, sub)
     bx = info.evaluate(kernel.grid_extent) if kernel.grid_extent is not None else 1
@@ -244,6 +294,7 @@ def _launch_plan(fusion: Fusion, kernel: Kernel, params: Any, info: SchedulerRun
     _check_covers(info, fusion, args, grid)
     k = GeneratedKernel(fusion, kernel, source, params, info, grid, block)
     k.check_devices(args)
+    check_on_host(kernel, info.evaluate)
     k.bind_fixed({tv: x for tv, x in zip(fusion.inputs, args) if isinstance(tv, TensorView)})
     return k
 
@@ -332,8 +383,13 @@ def prepare_inner_outer(fusion: Fusion, args: Sequence[Any], device: torch.devic
     except ValueError as err:
         raise NotLowerable(str(err)) from None
     red.schedule(fusion, geo)
+    try:
+        segments = normalization.row_segments(sub, geo)
+    except ValueError as err:
+        raise NotLowerable(str(err)) from None
     kernel = lower_inner_outer(fusion, geo.ref, params, frozenset(vec) if width > 1 else frozenset(), sub,
-                               inner[0].red_classes, geo.n_red, vector_class=_axis_class(sub, geo.vector_axis))
+                               inner[0].red_classes, geo.n_red, vector_class=_axis_class(sub, geo.vector_axis),
+                               segments=segments)
     return _launch_plan(fusion, kernel, params, info, args, (-(-geo.n_iter // params.bdy), 1),
                         (params.bdx, params.bdy))
 
@@ -369,6 +425,7 @@ def prepare_transpose(fusion: Fusion, args: Sequence[Any], device: torch.device 
 #: the schedulers whose segments become generated kernels, and how each is prepared
 _PREPARE = {
     SchedulerType.pointwise: prepare_pointwise,
+    SchedulerType.resize: prepare_resize,
     SchedulerType.transpose: prepare_transpose,
     SchedulerType.reduction: prepare_reduction,
     SchedulerType.inner_persistent: lambda f, a, d=None: prepare_reduction(f, a, d, persistent=True),

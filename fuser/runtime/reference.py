@@ -51,6 +51,7 @@ from fuser.ir import (
     WelfordOp,
 )
 
+from . import philox
 from .binding import Binding, bind_inputs
 
 
@@ -194,10 +195,19 @@ _BINARY: dict[BinaryOpType, Callable[[Any, Any], torch.Tensor]] = {
 class ReferenceExecutor:
     """Evaluates one Fusion on concrete inputs; values live in `env` keyed by IR Val."""
 
-    def __init__(self, fusion: Fusion, device: torch.device) -> None:
+    def __init__(self, fusion: Fusion, device: torch.device, philox_state: tuple[int, int] | None = None) -> None:
         self.fusion = fusion
         self.device = device
         self.env: dict[Val, Any] = {}
+        #: the execution's (seed, base offset) of unseeded RNG ops: given by the runner of a
+        #: segmented execution (its kernels use the same), else drawn at the first such op
+        self.philox_state = philox_state
+
+    def unseeded_philox(self) -> tuple[int, int]:
+        """(seed, base offset) of this execution's unseeded RNG ops, drawn once."""
+        if self.philox_state is None:
+            self.philox_state = philox.draw(self.device, philox.streams(self.fusion))
+        return self.philox_state
 
     # --- values -------------------------------------------------------------------------
     def bind(self, binding: Binding) -> None:
@@ -208,7 +218,7 @@ class ReferenceExecutor:
             # clamp, ...) refuse to mix devices, so it joins the device as a 0-dim tensor
             values = [x.to(self.device) if isinstance(x, torch.Tensor) and x.dim() == 0 and x.device.type == "cpu"
                       else x for x in values]
-        self.env.update(zip(self.fusion.inputs, values))
+        self.env.update((v, _as_logical(v, x)) for v, x in zip(self.fusion.inputs, values))
         self.env.update(binding.extents)
 
     def value(self, v: Val) -> Any:
@@ -251,6 +261,22 @@ class ReferenceExecutor:
 
 
 _MISSING = object()
+
+
+def _as_logical(v: Val, x: Any) -> Any:
+    """An input tensor seen with its logical shape: a view with a size-1 dim at each
+    broadcast the logical domain adds to the root the tensor holds (seed 000)."""
+    if not isinstance(v, TensorView) or not isinstance(x, torch.Tensor):
+        return x
+    added = v.domain.added_broadcasts()
+    if not added:
+        return x
+    for d, i in enumerate(v.logical_no_reductions()):
+        if i in added:
+            x = x.unsqueeze(d)
+            if i.expanded_extent is not None and i.expanded_extent.is_const:
+                x = x.expand(*x.shape[:d], int(i.expanded_extent.value), *x.shape[d + 1:])
+    return x
 
 
 def _free_plan(fusion: Fusion) -> tuple[list[Expr], dict[int, list[Val]]]:
@@ -503,30 +529,22 @@ def _iota(ex: ReferenceExecutor, e: IotaOp, args: list) -> list:
 
 
 def _rng(ex: ReferenceExecutor, e: RNGOp, args: list) -> list:
+    """Philox4x32-10 numbers (`fuser.runtime.philox`): those of the op's own seed and offset,
+    or of the execution's drawn seed and base offset plus the op's stream."""
     ndim = len(e.output.logical)
     shape = [int(s) for s in args[:ndim]]
-    p1, p2 = args[ndim], args[ndim + 1]
-    # without a seed, PyTorch's generator of the device: each call draws new numbers and
-    # advances it (torch.manual_seed makes runs repeat), as nvFuser's unseeded RNG does
-    gen = _seeded_generator(ex.device, int(args[ndim + 2]), int(args[ndim + 3])) if e.has_seed else None
-    dt = torch.float64 if e.output.dtype is DataType.Double else torch.float32
-    if e.rng_type is RNGOpType.Uniform:
-        r = torch.rand(shape, generator=gen, device=ex.device, dtype=dt) * (p2 - p1) + p1
+    p1, p2 = float(args[ndim]), float(args[ndim + 1])
+    if e.has_seed:
+        seed, offset = int(args[ndim + 2]), int(args[ndim + 3])
     else:
-        r = torch.randn(shape, generator=gen, device=ex.device, dtype=dt) * p2 + p1
+        seed, base = ex.unseeded_philox()
+        offset = base + e.stream
+    double = e.output.dtype is DataType.Double
+    normal = e.rng_type is RNGOpType.Normal
+    numel = math.prod(shape)
+    z = philox.standard(normal, double, seed, offset, numel, ex.device).reshape(shape)
+    r = philox.normal(z, p1, p2) if normal else philox.uniform(z, p1, p2)
     return [r.to(e.output.dtype.torch)]
-
-
-def _seeded_generator(device: torch.device, seed: int, offset: int) -> torch.Generator:
-    """A generator at (rng_seed, rng_offset): the same numbers for the same pair. On CUDA it
-    is PyTorch's philox state itself (what torch.cuda draws at that seed and offset, as
-    Thunder's uniform_philox); CPU generators have no offset, so both seed it."""
-    gen = torch.Generator(device=device)
-    if device.type == "cuda" and offset % 4 == 0:  # philox offsets advance in steps of 4
-        gen.manual_seed(seed)
-        gen.set_offset(offset)
-        return gen
-    return gen.manual_seed((seed * 1_000_003 + offset) & 0x7FFFFFFFFFFFFFFF)
 
 
 def _select(ex: ReferenceExecutor, e: SelectOp, args: list) -> list:
@@ -541,8 +559,8 @@ def _index_select(ex: ReferenceExecutor, e: IndexSelectOp, args: list) -> list:
 
 def _gather(ex: ReferenceExecutor, e: GatherOp, args: list) -> list:
     x, index = args
-    if e.exact_sizes:
-        return [torch.take_along_dim(x, index, e.dim)]
+    if e.exact_sizes:  # take_along_dim takes int64 indices only; the op takes int32 too
+        return [torch.take_along_dim(x, index.long(), e.dim)]
     return [torch.gather(x, e.dim, index)]
 
 

@@ -12,6 +12,7 @@ from fuser.segment import SegmentedFusion, SegmentedGroup
 
 from fuser.lower.lower import NotLowerable
 
+from . import philox
 from .binding import Binding, BindingPlan
 from .kernels import generates_kernel, kernels_available, prepare_kernel
 from .reference import ReferenceExecutor
@@ -64,10 +65,15 @@ class SegmentedRunner:
         # the cached path launches it with nothing in between
         self._direct = (len(self.runs) == 1 and self.runs[0].inputs == list(fusion.inputs)
                         and self.runs[0].outputs == list(fusion.outputs))
+        #: stream numbers the unseeded RNG ops span: with some, each execution draws one
+        #: seed and base offset that every segment (kernel or reference) uses
+        self.rng_streams = philox.streams(fusion)
 
     #: per-segment hooks (`start(k) -> token`, `stop(k, token, args, outs)`) around each
     #: segment's run, for profiling; None on the ordinary path
     observer: Any = None
+    #: the PresegFusion whose fusion was segmented (its values -> the defined fusion's)
+    preseg: Any = None
 
     def run(self, inputs: Sequence[Any]) -> list[Any]:
         if self._direct and self.observer is None:
@@ -75,12 +81,13 @@ class SegmentedRunner:
             k = r.kernel
             if k:
                 outs = k.allocate_outputs()
-                k.run(inputs, outs)
+                k.run(inputs, outs, philox.draw(self.device, self.rng_streams) if self.rng_streams else None)
                 return outs
         fusion = self.seg.complete_fusion
         env: dict[Val, Any] = dict(self.extents)
         env.update(zip(fusion.inputs, inputs))
         device = self.device
+        drawn = philox.draw(device, self.rng_streams) if self.rng_streams else None
         for k, r in enumerate(self.runs):
             args = [_as_declared(env[v], v) if inter else env[v] for v, inter in zip(r.inputs, r.intermediate)]
             if self.use_kernels and r.kernel is None and r.codegen_candidate():
@@ -92,9 +99,9 @@ class SegmentedRunner:
             token = obs.start(k) if obs is not None else None
             if r.kernel:
                 outs = r.kernel.allocate_outputs()
-                r.kernel.run(args, outs)
+                r.kernel.run(args, outs, drawn)
             else:
-                outs = _run_group(r.fusion, args, device)
+                outs = _run_group(r.fusion, args, device, drawn)
             if obs is not None:
                 obs.stop(k, token, args, outs)
             env.update(zip(r.outputs, outs))
@@ -103,9 +110,10 @@ class SegmentedRunner:
         return [_output(env, v, fusion, self) for v in fusion.outputs]
 
 
-def _run_group(fusion: Fusion, args: Sequence[Any], device: torch.device) -> list[Any]:
+def _run_group(fusion: Fusion, args: Sequence[Any], device: torch.device,
+               philox_state: tuple[int, int] | None = None) -> list[Any]:
     binding = BindingPlan.of(fusion).bind(args, device)
-    ex = ReferenceExecutor(fusion, binding.device)
+    ex = ReferenceExecutor(fusion, binding.device, philox_state)
     ex.bind(binding)
     return ex.run()
 

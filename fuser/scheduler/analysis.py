@@ -154,6 +154,11 @@ class FusionAnalysis:
                         # a reshape's root and logical axes cover each other, also when the
                         # sizes are symbolic and no Split/Merge says how
                         ts.append(self._relation(out.root, out.logical))
+                    if isinstance(e, SliceOp):
+                        # a stepped slice's axis is a new one (no Resize says how): it and
+                        # its root axis cover each other
+                        ts.extend(self._relation([r], [lg]) for r, lg in zip(out.root, out.logical)
+                                  if lg is not r and lg.definition is None)
             self.transforms.append(ts)
         for tv in fusion.tensors():
             for i in tv.domain.all_ids():

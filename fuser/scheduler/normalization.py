@@ -5,6 +5,7 @@ reduction per row and an outer one across rows, as in a layer-norm backward)."""
 from __future__ import annotations
 
 from fuser.ir import TensorView, WelfordOp
+from fuser.options import disabled
 
 from . import reduction
 from .analysis import SubFusion
@@ -82,26 +83,76 @@ def inner_outer_reason(sub: SubFusion) -> str | None:
     outer = [r for r in reds if not r.is_inner]
     if not inner or not outer:
         return "needs both inner and outer reductions"
-    if not _same_axes(inner) or not _same_axes(outer):
-        return "inner (or outer) reductions over different axes"
-    if inner[0].iter_classes != outer[0].red_classes or inner[0].red_classes != outer[0].iter_classes:
-        return "the outer reductions do not reduce the axes the inner ones keep"
+    if not _same_axes(inner):
+        return "inner reductions over different axes"
+    rows, cols = inner[0].iter_classes, inner[0].red_classes
+    for r in outer:
+        # across all rows, or across the rows of each segment of them (a sum over the
+        # sequence axis per batch beside a LayerNorm backward's sums over batch and sequence)
+        if not r.red_classes <= rows or r.iter_classes != (rows - r.red_classes) | cols:
+            return "the outer reductions do not reduce the axes the inner ones keep"
     if any(isinstance(r.expr, WelfordOp) for r in outer):
         return "a Welford reduction across rows (the kernel combines sums, products, max and min across blocks)"
     if _outer_result_reaches_rows(sub, outer):
         return "an outer reduction's result is used along the rows it reduced"
+    if _mixes_outer_groups(sub, outer):
+        return "a tensor combines results of outer reductions over different axes"
     # the generated kernel holds rows in registers only
     why = _fits(sub, shared_memory=False)
     if why is not None or sub.a.info is None:
         return why
+    geo = reduction.geometry(sub, inner[0], rows=True)
+    try:
+        row_segments(sub, geo)
+    except ValueError as err:
+        return str(err)
     # ... and beside them, per element of a row, its inputs along the row (weights) and a
     # float accumulator per outer reduction
-    held = row_held_bytes(sub, inner[0].red_classes, len(outer))
-    n = reduction.geometry(sub, inner[0], rows=True).n_red
+    held = row_held_bytes(sub, cols, len(outer))
+    n = geo.n_red
     if held * n > register_budget(sub):
         return (f"a row of {n} elements takes {held * n} bytes of registers (inputs and column accumulators), "
                 f"more than the {register_budget(sub)} bytes registers hold")
     return None
+
+
+def row_segments(sub: SubFusion, geo: ReductionGeometry) -> dict[frozenset[int], tuple[int, int]]:
+    """Per set of row axes that some outer reductions reduce without reducing every row
+    axis: (rows per segment, segments), a segment being the rows that share their other
+    row axes' indices. Those must be the outer row axes, so that each segment's rows are
+    consecutive; raises ValueError otherwise."""
+    find, id_of = sub.uf.find, sub.a.id_of
+    row_classes = [find(id_of(i)) for i in geo.iter_axes]
+    extents = [sub.a.info.extent(i) for i in geo.iter_axes]
+    out: dict[frozenset[int], tuple[int, int]] = {}
+    for r in sub.reductions():
+        if r.is_inner or r.red_classes == frozenset(row_classes) or r.red_classes in out:
+            continue
+        if disabled("row_segments"):
+            raise ValueError("outer reductions over some of the rows' axes are disabled (FUSER_DISABLE=row_segments)")
+        k = len(row_classes) - len(r.red_classes)
+        if set(row_classes[k:]) != r.red_classes:
+            raise ValueError("an outer reduction keeps a row axis inside the rows it reduces "
+                             "(its segments of rows are not consecutive)")
+        seg = 1
+        for n in extents[k:]:
+            seg *= n
+        out[r.red_classes] = (seg, geo.n_iter // seg if seg else 0)
+    return out
+
+
+def _mixes_outer_groups(sub: SubFusion, outer) -> bool:
+    """Whether a tensor depends on outer reductions over different axes (the kernel's final
+    phase computes each set's results over its own output shape)."""
+    reds = sub.reductions()
+    down, _ = sub._flow(reds)
+    masks: dict[frozenset[int], int] = {}
+    for n, r in enumerate(reds):
+        if r in outer:
+            masks[r.red_classes] = masks.get(r.red_classes, 0) | (1 << n)
+    if len(masks) < 2:
+        return False
+    return any(sum(1 for m in masks.values() if down.get(tv, 0) & m) > 1 for tv in sub.tensors())
 
 
 def row_held_bytes(sub: SubFusion, red_classes, n_accumulators: int) -> int:
@@ -113,15 +164,15 @@ def row_held_bytes(sub: SubFusion, red_classes, n_accumulators: int) -> int:
 
 
 def _outer_result_reaches_rows(sub: SubFusion, outer) -> bool:
-    """Whether a tensor computed from an outer reduction's result spans the rows again."""
+    """Whether a tensor computed from an outer reduction's result spans the rows it reduced
+    again."""
     reds = sub.reductions()
     down, _ = sub._flow(reds)
-    rows = outer[0].red_classes
-    mask = 0
     for n, r in enumerate(reds):
-        if r in outer:
-            mask |= 1 << n
-    return any(down.get(tv, 0) & mask and set(sub.classes_of(tv)) & rows for tv in sub.tensors())
+        if r in outer and any(down.get(tv, 0) >> n & 1 and set(sub.classes_of(tv)) & r.red_classes
+                              for tv in sub.tensors()):
+            return True
+    return False
 
 
 # --- heuristics ---------------------------------------------------------------------------------
@@ -157,7 +208,7 @@ def inner_persistent_heuristics(sub: SubFusion, geo: ReductionGeometry, vectoriz
         bdx *= 2
     # the kernel holds its tile of every input that spans the reduced axes (rows, weights)
     held = row_held_bytes(sub, geo_red_classes(sub, geo), 0) + extra_held
-    while -(-vecs // bdx) * vectorize * held > MAX_HELD_BYTES and bdx < 1024:
+    while -(-vecs // bdx) * vectorize * held > MAX_HELD_BYTES and bdx < min(1024, vecs):  # (not idle threads)
         bdx *= 2
     while -(-vecs // bdx) * vectorize > MAX_PERSISTENT_ELEMENTS // 2 and bdx < 1024:
         bdx *= 2
@@ -179,6 +230,10 @@ def geo_red_classes(sub: SubFusion, geo: ReductionGeometry) -> set[int]:
 #: 64 x 4 threads ran at 74% against 60% with 64 x 8 and 67% with 64 x 2
 INNER_OUTER_BLOCK_THREADS = 512
 INNER_OUTER_BLOCK_ROWS = 4
+#: ... and half as many threads with more than two outer reductions: their column tiles
+#: take registers enough that one 512-thread block fills an SM, leaving its barriers
+#: unhidden (seed 001, four outer reductions, rows of 1024: 128 x 2 threads 220 us
+#: against 128 x 4 234 us)
 
 
 #: threads per block of an outer-persistent kernel, and bytes of held inputs per thread at
@@ -228,5 +283,9 @@ def inner_outer_heuristics(sub: SubFusion, geo: ReductionGeometry, vectorize: in
 
     n_outer = sum(1 for r in sub.reductions() if not r.is_inner)
     p = inner_persistent_heuristics(sub, geo, vectorize, extra_held=4 * n_outer)
-    bdy = max(1, min(INNER_OUTER_BLOCK_THREADS // p.bdx, INNER_OUTER_BLOCK_ROWS, _pow2_ceil(geo.n_iter)))
+    threads = INNER_OUTER_BLOCK_THREADS if n_outer <= 2 else INNER_OUTER_BLOCK_THREADS // 2
+    bdy = max(1, min(threads // p.bdx, INNER_OUTER_BLOCK_ROWS, _pow2_ceil(geo.n_iter)))
+    for seg, _ in row_segments(sub, geo).values():
+        while seg % bdy:  # a block's group of rows lies in one segment
+            bdy //= 2
     return dataclasses.replace(p, bdy=bdy)

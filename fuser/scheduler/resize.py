@@ -1,11 +1,234 @@
-"""resize: elementwise work with slices, pads and concatenations."""
+"""resize: elementwise work with slices, pads and concatenations.
+
+A resize segment is a pointwise kernel over one output (the reference); every other tensor
+is computed at the indices its consumers read it at (a slice reads its input shifted, a pad
+reads inside its input only, a cat reads the input whose range holds the index). What is
+decided here: which output is the reference, whether every other output is written whole
+from its loop nest, and how wide vector accesses may be (every shift and boundary along the
+innermost axis a multiple of the width).
+"""
 from __future__ import annotations
+
+from math import gcd
+
+from fuser.ir import CatOp, IterDomain, PadOp, ReshapeOp, SliceOp, TensorView
+from fuser.ir.domain import Merge, Resize, Split
+from fuser.ir.transforms import id_exprs_between
 
 from . import pointwise
 from .analysis import RESIZE, SubFusion
+from .pointwise import VECTOR_BYTES
 
 
 def reject_reason(sub: SubFusion) -> str | None:
     if RESIZE not in sub.kinds:
         return "has no slice, pad or cat"
-    return pointwise.structure_reason(sub)
+    why = pointwise.structure_reason(sub)
+    if why is not None:
+        return why
+    if not any(unwritten_reason(sub, ref) is None for ref in _candidates(sub)):
+        return "no output's loop nest writes every other output whole"
+    return None
+
+
+def _candidates(sub: SubFusion) -> list[TensorView]:
+    need = sub.concrete_classes()
+    return [tv for tv in sub.outputs if need <= sub.covered_by(sub.classes_of(tv))]
+
+
+def reference_tensor(sub: SubFusion) -> TensorView:
+    """The output whose loop nest the kernel runs: one that spans the segment and from
+    which every other output is written whole; the one with the most elements (a cat's or
+    pad's output rather than its inputs), the first of those."""
+    cands = [tv for tv in _candidates(sub) if unwritten_reason(sub, tv) is None]
+    if not cands:
+        raise ValueError("no output spans the segment and writes every other output whole")
+    info = sub.a.info
+    if info is None:
+        return cands[0]
+    return max(cands, key=info.numel)
+
+
+def _local_classes(sub: SubFusion):
+    """Find of the axis classes without a cat's concatenated axes (an input's axis there is
+    a range of the output's, not the same axis)."""
+    from .analysis import _permissive_pairs
+
+    parent: dict[IterDomain, IterDomain] = {}
+
+    def find(i: IterDomain) -> IterDomain:
+        while parent.get(i, i) is not i:
+            i = parent[i]
+        return i
+
+    for e in sub.exprs:
+        skip = e.outputs[0].root[e.dim] if isinstance(e, CatOp) else None
+        for p, c in _permissive_pairs(e):
+            if c is not skip:
+                a, b = find(p), find(c)
+                if a is not b:
+                    parent[b] = a
+    return find
+
+
+def _const(s) -> int | None:
+    return int(s.value) if s.is_const else None
+
+
+def unwritten_reason(sub: SubFusion, ref: TensorView) -> str | None:
+    """Why some output would not be written whole from `ref`'s loop nest (None: all are).
+    An output's axis is written whole when it is a reference axis's class, or reached from
+    one through a reshape's splits and merges, a slice (the output is the narrower side), a
+    pad (the output is the padded tensor's input) or a cat (the output is a cat input)."""
+    find = _local_classes(sub)
+    known = {find(r) for r in ref.logical_no_reductions() if not r.is_broadcast}
+    rels = []
+    for tv in sub.produced:
+        if tv.domain.root is not None:
+            rels.extend(id_exprs_between(tv.domain.root, tv.domain.logical))
+    cats = [e for e in sub.exprs if isinstance(e, CatOp)]
+
+    def has(i: IterDomain) -> bool:
+        return i.is_broadcast or find(i) in known
+
+    changed = True
+    while changed:
+        changed = False
+
+        def put(i: IterDomain) -> None:
+            nonlocal changed
+            if not has(i):
+                known.add(find(i))
+                changed = True
+
+        for t in rels:
+            if isinstance(t, Split):
+                a, (o, n) = t.inputs[0], t.outputs
+                if has(a):
+                    put(o), put(n)
+                elif has(o) and has(n):
+                    put(a)
+            elif isinstance(t, Merge):
+                (o, n), m = t.inputs, t.outputs[0]
+                if has(m):
+                    put(o), put(n)
+                elif has(o) and has(n):
+                    put(m)
+            elif isinstance(t, Resize):
+                a, b = t.inputs[0], t.outputs[0]
+                left, right = _const(t.left_expand), _const(t.right_expand)
+                if has(b) and not has(a) and left is not None and right is not None and left >= 0 and right >= 0:
+                    put(a)  # the padded tensor's indices cover its input
+                elif has(a) and not has(b) and left is not None and right is not None and left <= 0 and right <= 0:
+                    put(b)  # the sliced tensor's indices are a range of its input's
+        for e in cats:
+            if has(e.outputs[0].logical_no_reductions()[e.dim]):
+                for x in e.inputs:
+                    put(x.logical_no_reductions()[e.dim])
+    for out in sub.outputs:
+        for i in out.logical_no_reductions():
+            if not has(i):
+                return f"output {out!r}: axis {i!r} is not written whole from {ref!r}'s loop nest"
+    return None
+
+
+def vector_candidates(sub: SubFusion, ref: TensorView) -> list[TensorView]:
+    """Inputs and outputs whose innermost stored axis has stride 1 and is the reference's
+    innermost axis, or a slice, pad or cat of it: consecutive lanes are consecutive
+    elements (the lowering checks each access's indices before it uses a vector)."""
+    info = sub.a.info
+    find, id_of = sub.uf.find, sub.a.id_of
+    concrete = [i for i in ref.logical_no_reductions() if not i.is_broadcast]
+    if not concrete:
+        return []
+    related = {find(id_of(concrete[-1]))}
+    pairs = []
+    for e in sub.exprs:
+        if isinstance(e, (SliceOp, PadOp)):
+            out = e.outputs[0]
+            for r, lg in zip(out.domain.maybe_root, out.logical_no_reductions()):
+                if r is not lg:
+                    pairs.append((find(id_of(r)), find(id_of(lg))))
+    changed = True
+    while changed:
+        changed = False
+        for a, b in pairs:
+            if (a in related) != (b in related):
+                related.update((a, b))
+                changed = True
+    out = []
+    fusion = sub.a.fusion
+    for tv in [*fusion.inputs, *fusion.outputs]:
+        if not isinstance(tv, TensorView):
+            continue
+        alloc = [i for i in tv.domain.maybe_allocation if not i.is_reduction and not i.is_broadcast]
+        if not alloc or find(id_of(alloc[-1])) not in related:
+            continue
+        strides = info.strides.get(tv)
+        if strides is not None:
+            d = tv.logical_no_reductions().index(alloc[-1])
+            if strides[d] != 1 and info.sizes[tv][d] > 1:
+                continue
+        if tv not in out:
+            out.append(tv)
+    return out
+
+
+def vector_limit(sub: SubFusion, ref: TensorView) -> int:
+    """The widest vector (elements, a power of two up to 16) that every slice start, pad
+    width, cat boundary and reshaped innermost extent along the innermost axis is a multiple
+    of: the lanes of a vector then take the same branch and load from one aligned run. A
+    step along the innermost axis allows no vectors."""
+    info = sub.a.info
+    find, id_of = sub.uf.find, sub.a.id_of
+    concrete = [i for i in ref.logical_no_reductions() if not i.is_broadcast]
+    if not concrete:
+        return 1
+    inner_class = find(id_of(concrete[-1]))
+
+    def inner_pos(tv: TensorView) -> int | None:
+        ids = tv.logical_no_reductions()
+        for k in range(len(ids) - 1, -1, -1):
+            if not ids[k].is_broadcast:
+                return k
+        return None
+
+    def along_inner(tv: TensorView, k: int, *axes: IterDomain) -> bool:
+        return k == inner_pos(tv) or any(find(id_of(a)) == inner_class for a in axes)
+
+    vals: list[int] = []
+    for e in sub.exprs:
+        if isinstance(e, SliceOp):
+            x, out = e.inputs[0], e.outputs[0]
+            for k, (r, lg) in enumerate(zip(out.domain.maybe_root, out.logical_no_reductions())):
+                if r is lg or not along_inner(out, k, r, lg) and k != inner_pos(x):
+                    continue
+                start, _, step = e.ranges[k]
+                if info.evaluate(step) != 1:
+                    return 1
+                vals.append(info.evaluate(start))
+        elif isinstance(e, PadOp):
+            x, out = e.inputs[0], e.outputs[0]
+            for k, (r, lg) in enumerate(zip(out.domain.maybe_root, out.logical_no_reductions())):
+                if r is lg or not along_inner(out, k, r, lg) and k != inner_pos(x):
+                    continue
+                left, _ = e.pad_widths[k]
+                vals += [info.evaluate(left), info.extent(r)]
+        elif isinstance(e, CatOp):
+            out = e.outputs[0]
+            axis = out.logical_no_reductions()[e.dim]
+            if along_inner(out, e.dim, axis):
+                vals += [info.extent(x.logical_no_reductions()[e.dim]) for x in e.inputs]
+        elif isinstance(e, ReshapeOp):
+            out = e.outputs[0]
+            roots = [i for i in out.domain.maybe_root if not i.is_broadcast]
+            logical = [i for i in out.logical_no_reductions() if not i.is_broadcast]
+            if roots and logical and roots[-1] is not logical[-1]:
+                vals += [info.extent(roots[-1]), info.extent(logical[-1])]
+    g = 0
+    for v in vals:
+        g = gcd(g, abs(v))
+    width = VECTOR_BYTES
+    while width > 1 and g % width:
+        width //= 2
+    return width

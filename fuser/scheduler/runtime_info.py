@@ -80,13 +80,15 @@ class SchedulerRuntimeInfo:
         self.device_limits = device_limits if device_limits is not None else DeviceLimits.of(self.device)
         self._evaluate = evaluate
         self._extent_cache: dict[Scalar, int] = {}
+        #: per tensor input, per logical axis (no reductions): its size and stride in the
+        #: torch tensor; a broadcast the logical domain adds to the root the tensor holds
+        #: (seed 000) is in no memory: size 1, stride 0
         self.sizes: dict[TensorView, tuple[int, ...]] = {}
         self.strides: dict[TensorView, tuple[int, ...]] = {}
         self.alignment: dict[TensorView, int] = {}
         for tv, x in zip(fusion.inputs, binding.tensors):
             if isinstance(tv, TensorView) and isinstance(x, torch.Tensor):
-                self.sizes[tv] = tuple(x.shape)
-                self.strides[tv] = tuple(x.stride())
+                self.sizes[tv], self.strides[tv] = _logical_layout(tv, x)
                 self.alignment[tv] = _alignment(x)
         self.index_type = "int64" if self._needs_int64() else "int32"
 
@@ -131,6 +133,20 @@ class SchedulerRuntimeInfo:
             if span > _INT32_MAX:
                 return True
         return False
+
+
+def _logical_layout(tv: TensorView, x: torch.Tensor) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(sizes, strides) of `x` per logical axis of the input `tv`: the tensor's dims hold
+    `tv.tensor_axes()`, its root where the logical domain adds broadcasts to it."""
+    if not tv.domain.added_broadcasts():
+        return tuple(x.shape), tuple(x.stride())
+    dim = {i: d for d, i in enumerate(tv.tensor_axes())}
+    sizes, strides = [], []
+    for i in tv.logical_no_reductions():
+        d = dim.get(i)
+        sizes.append(1 if d is None else x.shape[d])
+        strides.append(0 if d is None else x.stride(d))
+    return tuple(sizes), tuple(strides)
 
 
 def _alignment(x: torch.Tensor) -> int:

@@ -37,6 +37,7 @@ from fuser.ir import (
     LoadStoreOp,
     ParallelType,
     ReductionOp,
+    RNGOp,
     Scalar,
     SqueezeOp,
     TensorView,
@@ -71,7 +72,7 @@ MIN_BLOCKS_PER_SM = 4
 _EXTENT_OPS = frozenset({BinaryOpType.Add, BinaryOpType.Sub, BinaryOpType.Mul, BinaryOpType.Div,
                          BinaryOpType.CeilDiv, BinaryOpType.Max, BinaryOpType.Min})
 #: the expressions a transpose kernel computes on its tile (the rest it cannot lower)
-_TILE_EXPRS = (UnaryOp, BinaryOp, TernaryOp, BroadcastOp, ExpandOp, SqueezeOp, LoadStoreOp, FullOp, IotaOp)
+_TILE_EXPRS = (UnaryOp, BinaryOp, TernaryOp, BroadcastOp, ExpandOp, SqueezeOp, LoadStoreOp, FullOp, IotaOp, RNGOp)
 
 
 # --- layout groups -------------------------------------------------------------------------------

@@ -313,6 +313,15 @@ FUSER_DEVICE T column_partials(Op op, T init, const T* work, int parts, I n_cols
   return r;
 }
 
+// Combine the partials of column `col` of row segment `seg`: blocks `first` .. `last`
+// hold them, block b's at row b + seg of `work` (n_cols per row), in block order.
+template <typename T, typename Op, typename I>
+FUSER_DEVICE T segment_partials(Op op, T init, const T* work, I n_cols, I seg, I col, I first, I last) {
+  T a = init;
+  for (I b = first; b <= last; ++b) a = op(a, load_global_cg(work + static_cast<long long>(b + seg) * n_cols + col));
+  return a;
+}
+
 }  // namespace fuser
 
 #undef FUSER_DEVICE

@@ -1,0 +1,192 @@
+"""Index ops as generated kernels on the GPU: every case of indexing_cases runs through
+fd.execute (a kernel: last_cuda_code proves it) on fresh inputs with outputs poisoned
+first and matches the reference executor (run on the same inputs copied to the CPU, where
+PyTorch raises instead of asserting on the device); out-of-range indices raise an
+IndexError naming the op after the launch, and the next launch still works."""
+import pytest
+import torch
+
+from fuser import DataType, FusionDefinition
+from fuser.runtime import kernels as kernels_mod
+from fuser.runtime.reference import run_reference
+from fuser.runtime.tolerance import assert_close
+
+from indexing_cases import CASES, indices, rand
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(autouse=True)
+def poisoned_outputs(monkeypatch):
+    real = kernels_mod.GeneratedKernel.allocate_outputs
+
+    def poisoned(self):
+        outs = real(self)
+        for t in outs:
+            if t.numel() and 0 not in t.stride():
+                if t.dtype.is_floating_point or t.dtype.is_complex:
+                    t.fill_(float("nan"))
+                else:
+                    t.fill_(-7 if t.dtype is not torch.bool else True)
+        return outs
+
+    monkeypatch.setattr(kernels_mod.GeneratedKernel, "allocate_outputs", poisoned)
+
+
+def _cpu_copy(x: torch.Tensor) -> torch.Tensor:
+    """x on the CPU with its layout: its storage copied and viewed with x's strides (a
+    plain .cpu() materialises expanded axes, which the definition says are stride 0)."""
+    storage = x.as_strided((x.untyped_storage().nbytes() // x.element_size(),), (1,), 0).cpu()
+    return storage.as_strided(x.shape, x.stride(), x.storage_offset())
+
+
+def _cpu(xs):
+    return [_cpu_copy(x) if isinstance(x, torch.Tensor) else x for x in xs]
+
+
+def _check(fd, inputs, got, what):
+    want = run_reference(fd.fusion, _cpu(inputs))
+    assert len(got) == len(want)
+    for k, (g, w) in enumerate(zip(got, want)):
+        assert g.device.type == "cuda"
+        assert_close(g, w, what=f"{what} output {k}")
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_indexing_kernel_matches_reference(case):
+    pytest.importorskip("pycuda")
+    torch.manual_seed(0)
+    inputs = case.inputs("cuda")
+    with FusionDefinition() as fd:
+        case.build(fd, inputs)
+    got = fd.execute(inputs)
+    if case.kernel:
+        assert case.kind in fd.last_cuda_code()
+    _check(fd, inputs, got, case.name)
+    # a second call takes the cached kernel and gives the same results
+    again = fd.execute(inputs)
+    for g, a in zip(got, again):
+        assert torch.equal(g, a) or (g.isnan() == a.isnan()).all()
+    # fresh values of the same signature (new indices too) through the same kernel
+    fresh = case.inputs("cuda")
+    _check(fd, fresh, fd.execute(fresh), f"{case.name} (fresh inputs)")
+
+
+def _embedding_fusion(index_dtype=DataType.Int):
+    with FusionDefinition() as fd:
+        w = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.BFloat16)
+        i = fd.define_tensor(shape=[-1], contiguity=[True], dtype=index_dtype)
+        e = fd.ops.cast(fd.ops.index_select(w, i, 0), DataType.Float)
+        fd.add_output(fd.ops.cast(fd.ops.mul(e, 2.0), DataType.BFloat16))
+    return fd
+
+
+def test_embedding_at_model_size_is_one_kernel():
+    pytest.importorskip("pycuda")
+    fd = _embedding_fusion()
+    w = rand(50257, 768, dtype=torch.bfloat16, device="cuda")
+    i = indices(50257, (4 * 1023,), device="cuda")
+    (out,) = fd.execute([w, i])
+    assert fd.last_cuda_code().count("__global__") == 1
+    assert torch.equal(out, (w[i].float() * 2.0).to(torch.bfloat16))
+
+
+@pytest.mark.parametrize("index_dtype", [DataType.Int, DataType.Int32], ids=["int64", "int32"])
+def test_out_of_range_index_select_raises_and_the_next_launch_works(index_dtype):
+    pytest.importorskip("pycuda")
+    fd = _embedding_fusion(index_dtype)
+    tdt = index_dtype.torch
+    w = rand(10, 16, dtype=torch.bfloat16, device="cuda")
+    good = torch.tensor([0, 9, 3, 3, 7], dtype=tdt, device="cuda")
+    for bad_value in (10, -1, 12345):
+        bad = good.clone()
+        bad[2] = bad_value
+        with pytest.raises(IndexError, match=rf"index_select: index {bad_value} is out of bounds for dimension 0 "
+                                             r".*size 10"):
+            fd.execute([w, bad])
+        # same signature, same kernel and flag: the error does not stick
+        (out,) = fd.execute([w, good])
+        assert torch.equal(out, (w[good.long()].float() * 2.0).to(torch.bfloat16))
+    torch.cuda.synchronize()  # the context is intact: nothing read out of bounds
+
+
+def test_out_of_range_gather_and_take_along_axis_raise():
+    pytest.importorskip("pycuda")
+    x = rand(4, 6, device="cuda")
+    for op in ("gather", "take_along_axis"):
+        with FusionDefinition() as fd:
+            t = fd.from_pytorch(x)
+            i = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Int)
+            fd.add_output(fd.ops.exp(getattr(fd.ops, op)(t, i, 1)))
+        good = indices(6, (4, 5), device="cuda")
+        bad = good.clone()
+        bad[3, 4] = 6
+        with pytest.raises(IndexError, match=rf"{op}: index 6 is out of bounds for dimension 1 .*size 6"):
+            fd.execute([x, bad])
+        bad[3, 4] = -2
+        with pytest.raises(IndexError, match=rf"{op}: index -2 is out of bounds"):
+            fd.execute([x, bad])
+        (out,) = fd.execute([x, good])
+        assert_close(out, torch.exp(torch.gather(x, 1, good)), what=op)
+
+
+def test_out_of_range_select_raises_before_the_launch():
+    pytest.importorskip("pycuda")
+    x = rand(5, 3, device="cuda")
+    with FusionDefinition() as fd:
+        t = fd.from_pytorch(x)
+        k = fd.define_scalar(dtype=DataType.Int)
+        fd.add_output(fd.ops.select(t, k, 0))
+    for bad in (5, -6):
+        with pytest.raises(IndexError, match=rf"select: index {bad} is out of bounds for dimension 0"):
+            fd.execute([x, bad])
+    for ok in (-5, -1, 0, 4):
+        (out,) = fd.execute([x, ok])
+        assert torch.equal(out, x[ok])
+    assert "fuser_pointwise" in fd.last_cuda_code()
+    assert "index_error" not in fd.last_cuda_code()  # no flag: the host checked
+
+
+def test_out_of_range_on_a_side_stream_then_the_same_stream_works():
+    pytest.importorskip("pycuda")
+    fd = _embedding_fusion()
+    w = rand(33, 8, dtype=torch.bfloat16, device="cuda")
+    good = indices(33, (40,), device="cuda")
+    bad = good.clone()
+    bad[-1] = 33
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())  # the inputs were made on the default stream
+    with torch.cuda.stream(side):
+        with pytest.raises(IndexError, match="index 33 is out of bounds"):
+            fd.execute([w, bad])
+        (out,) = fd.execute([w, good])
+    side.synchronize()
+    assert torch.equal(out, (w[good].float() * 2.0).to(torch.bfloat16))
+
+
+def test_empty_lookup_axis_raises_for_any_index():
+    pytest.importorskip("pycuda")
+    fd = _embedding_fusion()
+    w = torch.empty(0, 8, dtype=torch.bfloat16, device="cuda")
+    with pytest.raises(IndexError, match="index 0 is out of bounds for dimension 0 .*an empty dimension"):
+        fd.execute([w, torch.zeros(3, dtype=torch.int64, device="cuda")])
+
+
+def test_zero_size_index_tensors():
+    pytest.importorskip("pycuda")
+    x = rand(6, 5, device="cuda")
+    with FusionDefinition() as fd:
+        t = fd.from_pytorch(x)
+        i = fd.define_tensor(shape=[-1], contiguity=[True], dtype=DataType.Int)
+        j = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Int)
+        fd.add_output(fd.ops.mul(fd.ops.index_select(t, i, 0), 3.0))
+        fd.add_output(fd.ops.gather(t, j, 1))
+    i = torch.empty(0, dtype=torch.int64, device="cuda")
+    for j in (torch.empty(0, 5, dtype=torch.int64, device="cuda"), torch.empty(6, 0, dtype=torch.int64, device="cuda")):
+        a, b = fd.execute([x, i, j])
+        assert a.shape == (0, 5) and b.shape == j.shape
+    # a zero-size index beside a non-empty one: the kernel runs and the empty output is fine
+    j = indices(5, (4, 7), device="cuda")
+    a, b = fd.execute([x, i, j])
+    assert a.shape == (0, 5)
+    assert torch.equal(b, torch.gather(x, 1, j))
