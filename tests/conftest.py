@@ -36,3 +36,27 @@ def pytest_collection_modifyitems(config, items):
         for item in items:
             if item.get_closest_marker("nvcc"):
                 item.add_marker(pytest.mark.skip(reason="needs nvcc on PATH"))
+
+
+@pytest.fixture
+def poisoned_kernel_outputs(monkeypatch):
+    """Fill every output a generated kernel allocates with a value it never computes (NaN,
+    or -7 / True for integers and bools) before the launch, so an element the kernel skips
+    fails the comparison. Expanded (stride-0) outputs are left alone."""
+    import torch
+
+    from fuser.runtime import kernels as kernels_mod
+
+    real = kernels_mod.GeneratedKernel.allocate_outputs
+
+    def poisoned(self):
+        outs = real(self)
+        for t in outs:
+            if t.numel() and 0 not in t.stride():
+                if t.dtype.is_floating_point or t.dtype.is_complex:
+                    t.fill_(float("nan"))
+                else:
+                    t.fill_(-7 if t.dtype is not torch.bool else True)
+        return outs
+
+    monkeypatch.setattr(kernels_mod.GeneratedKernel, "allocate_outputs", poisoned)
