@@ -301,25 +301,16 @@ class TensorIndexer:
                 return None if i.is_broadcast else known.get(find(i))
 
             for t in rels:
-                if isinstance(t, Split):
-                    (a,), (o, n) = t.inputs[:1], t.outputs
-                    ka, ko, kn = get(a), get(o), get(n)
+                if isinstance(t, (Split, Merge)):
+                    # one relation either way: whole = outer * extent(inner) + inner
+                    whole, (o, n) = (t.inputs[0], t.outputs) if isinstance(t, Split) else (t.outputs[0], t.inputs)
+                    kw, ko, kn = get(whole), get(o), get(n)
                     ext = self.extent(n.extent)
-                    if ka is not None and (ko is None or kn is None):
-                        put(o, ka[0] // ext, ka[1])
-                        put(n, ka[0] % ext, ka[1])
-                    elif ka is None and ko is not None and kn is not None:
-                        put(a, unsplit(ko[0], kn[0], ext), ko[1] + kn[1])
-                elif isinstance(t, Merge):
-                    o, n = t.inputs
-                    (m,) = t.outputs
-                    km, ko, kn = get(m), get(o), get(n)
-                    ext = self.extent(n.extent)
-                    if km is not None and (ko is None or kn is None):
-                        put(o, km[0] // ext, km[1])
-                        put(n, km[0] % ext, km[1])
-                    elif km is None and ko is not None and kn is not None:
-                        put(m, unsplit(ko[0], kn[0], ext), ko[1] + kn[1])
+                    if kw is not None and (ko is None or kn is None):
+                        put(o, kw[0] // ext, kw[1])
+                        put(n, kw[0] % ext, kw[1])
+                    elif kw is None and ko is not None and kn is not None:
+                        put(whole, unsplit(ko[0], kn[0], ext), ko[1] + kn[1])
                 elif isinstance(t, Resize):
                     a, (b,) = t.inputs[0], t.outputs
                     left = self.extent(t.left_expand)

@@ -32,8 +32,6 @@ from .values import tensor_value
 #: for rows of 4-byte values: on an H100, RMSNorm / LayerNorm backward fp32 [16384, 4096]
 #: ran at 94% of copy ahead against 88-91% without, but bf16 at 45-68% against 64-76%
 PREFETCH_ROWS = True
-#: ... and for rows of narrower values too
-PREFETCH_NARROW_ROWS = False
 #: rows copied one iteration ahead into shared memory (cp.async, see
 #: InnerOuterLowering._staged): "narrow" (rows of values narrower than 4 bytes, with at
 #: least STAGE_MIN_REDUCTIONS block reductions per row), "all" or "none"; and the shared
@@ -48,8 +46,6 @@ STAGE_MAX_BYTES = 32 * 1024
 #: groups of rows in shared memory at once: the current one and STAGES - 1 in flight
 #: (three or four stages measured no faster than two above)
 STAGES = 2
-#: blocks per SM the kernel is compiled to fit (__launch_bounds__; None: as registers allow)
-MIN_BLOCKS: int | None = None
 
 class InnerOuterLowering(ReductionLowering):
     """Builds the kernel IR of one scheduled inner-outer persistent fusion."""
@@ -182,7 +178,7 @@ class InnerOuterLowering(ReductionLowering):
         for key in self._groups:
             if key != self._row_classes:
                 self._segment_columns(key, blocks, rounds)
-        return self._kernel(grid_sync=True, grid_strided=True, **({'min_blocks': MIN_BLOCKS} if MIN_BLOCKS else {}))
+        return self._kernel(grid_sync=True, grid_strided=True)
 
     def _segment_rows(self, key: frozenset[int]) -> kir.Expr:
         """The rows of one segment of the group reducing row axes `key`: the product of
@@ -303,10 +299,10 @@ class InnerOuterLowering(ReductionLowering):
         in_loop = [y for x in rows for y in ([x] if id(x) not in load_ids else _only(x, varying))]
         n_reds = sum(1 for x in _walk(rows) if isinstance(x, BlockAllReduce))
         if STAGE_ROWS == "all" or (STAGE_ROWS == "narrow" and narrow and n_reds >= STAGE_MIN_REDUCTIONS):
-            staged = self._staged(before, in_loop, load_ids, varying, row_of)
+            staged = self._staged(before, in_loop, varying, row_of)
             if staged is not None:
                 return staged
-        if not PREFETCH_ROWS or (narrow and not PREFETCH_NARROW_ROWS) or self.p.bdx * self.p.bdy > 512 or not decls or not load_ids:
+        if not PREFETCH_ROWS or narrow or self.p.bdx * self.p.bdy > 512 or not decls or not load_ids:
             return before, in_loop
         ahead = {Var(n): Var(f"n{n}") for n in decls}
         loads = [y for x in self._row_loads for y in _only(x, set(decls))]
@@ -330,7 +326,7 @@ class InnerOuterLowering(ReductionLowering):
                 body.extend(kir.substitute_stmt(y, nxt) for y in loads)
         return before, body
 
-    def _staged(self, before: list, rows: list, load_ids: set[int], varying: set[str], row_of) -> tuple[list, list] | None:
+    def _staged(self, before: list, rows: list, varying: set[str], row_of) -> tuple[list, list] | None:
         """(statements before the row loop, the loop's body) where the rows' vector loads go
         through shared memory: each group of rows is copied asynchronously (cp.async) one
         iteration ahead into one of two stages, while the block reduces and writes the
