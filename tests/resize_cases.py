@@ -148,6 +148,23 @@ def rope_bwd(fd):
     rope.rope_backward(fd, ROPE_SMALL)
 
 
+def cat_manual_static(fd):
+    # nvFuser's manual padding: the pads place [5, 3] and [5, 6] side by side -> a plain cat
+    a = fd.define_tensor(shape=[5, 3], contiguity=[True, True])
+    b = fd.define_tensor(shape=[5, 6], contiguity=[True, True])
+    pa, pb = fd.ops.pad(a, [0, 6]), fd.ops.pad(b, [3, 0])
+    fd.add_output(fd.ops.cat([pa, pb], dim=1, manual_padding=True))
+
+
+def cat_manual_symbolic(fd):
+    # symbolic sizes: each position takes the first pad whose data holds it; the pads'
+    # values (2.5, -1) never show, and along dim 0 the regions overlap (a's rows win)
+    a, b = _t(fd, 2, DataType.BFloat16), _t(fd, 2, DataType.BFloat16)
+    pa = fd.ops.pad(a, [0, 0, 0, 4], fd.define_scalar(2.5))
+    pb = fd.ops.pad(b, [0, 0, 3, 0], fd.define_scalar(-1.0))
+    fd.add_output(fd.ops.cat([pa, pb], dim=0, manual_padding=True))
+
+
 def _strided(device):
     x = torch.randn(25, 30, device=device).t()  # [30, 25], strides (1, 30)
     b = torch.randn(1, 25, device=device).expand(30, 25)
@@ -175,6 +192,9 @@ CASES = [
     Case("reshape_merge", reshape_merge, lambda d: [_rand(4, 6, 7, dtype=torch.bfloat16)(d)],
          schedulers=("pointwise",)),
     Case("slice_then_reshape", slice_then_reshape, lambda d: [_rand(4, 64)(d)]),
-    Case("rope_fwd", rope_fwd, lambda d: rope.make_forward_inputs(d, ROPE_SMALL), schedulers=("resize", "resize")),
+    Case("cat_manual_static", cat_manual_static, lambda d: [_rand(5, 3)(d), _rand(5, 6)(d)]),
+    Case("cat_manual_symbolic", cat_manual_symbolic, lambda d: [_rand(3, 7, dtype=torch.bfloat16)(d),
+                                                                _rand(4, 7, dtype=torch.bfloat16)(d)]),
+    Case("rope_fwd", rope_fwd, lambda d: rope.make_forward_inputs(d, ROPE_SMALL)),
     Case("rope_bwd", rope_bwd, lambda d: rope.make_backward_inputs(d, ROPE_SMALL)),
 ]

@@ -9,7 +9,7 @@ import torch
 
 from fuser import DataType, FusionDefinition
 from fuser.examples import rope
-from fuser.ir import FullOp
+from fuser.ir import CatOp, FullOp
 from fuser.ir.exprs import BinaryOpType, TernaryOpType
 from fuser.lower import kir
 from fuser.runtime.kernels import prepare_kernel
@@ -18,7 +18,7 @@ from fuser.runtime.segmented import example_args
 
 import test_codegen_transpose as tct
 from cuda_units import compile_all
-from resize_cases import BIG, CASES
+from resize_cases import BIG, CASES, cat_manual_static, cat_manual_symbolic
 
 _MORE_INDEX_OPS = {
     BinaryOpType.Ge: lambda a, b: a >= b, BinaryOpType.Gt: lambda a, b: a > b, BinaryOpType.Le: lambda a, b: a <= b,
@@ -187,3 +187,41 @@ def test_slice_bounds_normalise_as_torch(start, stop, step):
         k = prepare_kernel("resize", fd.segmented_fusion_for([x]).groups[0].fusion(), [x])
         (got,) = simulate(k, [x])
         assert torch.equal(got, x[start:stop:step])
+
+
+def test_manual_padding_cat_matches_torch():
+    """cat(manual_padding=True) of pads placed side by side is torch.cat of the pads'
+    inputs: a plain cat when the sizes are static, a select by position when symbolic."""
+    a, b = torch.randn(5, 3), torch.randn(5, 6)
+    with FusionDefinition() as fd:
+        cat_manual_static(fd)
+    (out,) = fd.execute([a, b])
+    assert torch.equal(out, torch.cat([a, b], dim=1))
+    assert any(isinstance(e, CatOp) for e in fd.segmented_fusion_for([a, b]).complete_fusion.exprs())
+    assert "manual_padding=1" in str(fd)
+    x, y = torch.randn(3, 7).bfloat16(), torch.randn(4, 7).bfloat16()
+    with FusionDefinition() as fd:
+        cat_manual_symbolic(fd)
+    (out,) = fd.execute([x, y])
+    # rows 0-2 from x (its pad's data), rows 3-6 from y (placed at 3)
+    assert torch.equal(out, torch.cat([x, y], dim=0))
+
+
+def test_manual_padding_cat_needs_pads():
+    with FusionDefinition() as fd:
+        a = fd.define_tensor(shape=[-1], contiguity=[True])
+        with pytest.raises(ValueError, match=r"tensors\[0\] is not"):
+            fd.ops.cat([a, fd.ops.pad(a, [0, 2])], dim=0, manual_padding=True)
+        fd.add_output(a)
+
+
+def test_cat_drops_statically_empty_inputs():
+    """As nvFuser's cat: an input of static extent 0 along dim is dropped, and a cat left
+    with one input is a copy (RoPE's empty tail: the output keeps the rotated tensor's axes)."""
+    with FusionDefinition() as fd:
+        a = fd.define_tensor(shape=[4, 6], contiguity=[True, True])
+        fd.add_output(fd.ops.cat([fd.ops.slice(a, [0, 6], [4, 6]), a], dim=1))
+    x = torch.randn(4, 6)
+    (out,) = fd.execute([x])
+    assert torch.equal(out, x)
+    assert not any(isinstance(e, CatOp) for e in fd.segmented_fusion_for([x]).complete_fusion.exprs())

@@ -269,6 +269,7 @@ _INDEX_OPS = {
 _VALUE_OPS = {
     UnaryOpType.Neg: torch.neg, UnaryOpType.Abs: torch.abs, UnaryOpType.Exp: torch.exp, UnaryOpType.Relu: torch.relu,
     BinaryOpType.Add: torch.add, BinaryOpType.Sub: torch.sub, BinaryOpType.Mul: torch.mul, BinaryOpType.Div: torch.div,
+    BinaryOpType.Lt: torch.lt, BinaryOpType.Ge: torch.ge, BinaryOpType.LogicalAnd: torch.logical_and,
 }
 
 
@@ -441,7 +442,7 @@ class Simulator:
                 return x.to(e.out.torch)
             return _VALUE_OPS[e.op](x.to(compute_dtype(e.out).torch)).to(e.out.torch)
         if isinstance(e, kir.Binary):
-            c = compute_dtype(e.out).torch
+            c = compute_dtype(e.common or e.out).torch
             a, b = (torch.as_tensor(self.value(x, mask)).to(c) for x in (e.lhs, e.rhs))
             return _VALUE_OPS[e.op](a, b).to(e.out.torch)
         raise TypeError(f"the simulator has no {type(e).__name__}")

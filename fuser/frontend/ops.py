@@ -297,7 +297,8 @@ class Operators:
         ts = [self._operand(t, "cat", f"tensors[{k}]") for k, t in enumerate(tensors)]
         kwargs = [("dim", dim), ("manual_padding", int(bool(manual_padding)))]
         return self._run(
-            "cat", lambda: irops.cat([self._tensor(t, "cat", "tensors") for t in ts], dim), (ts,), kwargs
+            "cat", lambda: irops.cat([self._tensor(t, "cat", "tensors") for t in ts], dim, bool(manual_padding)),
+            (ts,), kwargs
         )
 
     def shape(self, arg: Tensor) -> Vector:

@@ -168,6 +168,12 @@ class PointwiseLowering:
         def at_lane0(amap: Map) -> Map:
             return {a: substitute(e, lane0) for a, e in amap.items()}
 
+        def vector(n: _Node) -> bool:
+            return lanes > 1 and n.tv.name in self.vector_tensors and index.lanes_contiguous(n.tv, n.amap, idx_v,
+                                                                                             _LANE)
+
+        shared = _exclusive_pairs([n for n in graph.order if n.kind == "load" and vector(n)],
+                                  {n: substitute(g, lane0) for n, g in guards.items()})
         for n in graph.order:
             if n.kind == "alias":
                 continue
@@ -178,7 +184,28 @@ class PointwiseLowering:
             tv = n.tv
             ptr = params.tensor(tv)
             guard = guards.get(n)
-            if lanes > 1 and tv.name in self.vector_tensors and index.lanes_contiguous(tv, n.amap, idx_v, _LANE):
+            pair = shared.get(n)
+            if pair is not None:
+                # two reads of one tensor under exclusive conditions (the halves a rotation
+                # swaps): one load from whichever address applies, each read selecting it
+                first, second = pair
+                g1, g2 = (substitute(guards[m], lane0) for m in pair)
+                if n is first:
+                    tmp = Var(f"m{first.reg.base.name}")
+                    decls.append(Decl(tmp.name, tv.dtype, size))
+                    idt = graph.index_dtype
+                    off = Ternary(TernaryOpType.Where, (g1, index.offset(tv, idx_0, at_lane0(first.amap)),
+                                                        index.offset(tv, idx_0, at_lane0(second.amap))),
+                                  (DataType.Bool, idt, idt), idt)
+                    vec = VecLoad(tv.dtype, lanes, at(tmp), AddressOf(Element(ptr, off)))
+                    loads.append(If(IndexBinary(BinaryOpType.LogicalOr, g1, g2), [vec],
+                                    self._lanes([Assign(Element(tmp, ri), _zero(tv.dtype))])))
+                tmp_el = Element(Var(f"m{first.reg.base.name}"), ri)
+                mine = g1 if n is first else g2
+                lane_loads.append(Assign(n.reg, Ternary(TernaryOpType.Where, (mine, tmp_el, _zero(tv.dtype)),
+                                                        (DataType.Bool, tv.dtype, tv.dtype), tv.dtype)))
+                continue
+            if vector(n):
                 vec = VecLoad(tv.dtype, lanes, at(n.reg.base),
                               AddressOf(Element(ptr, index.offset(tv, idx_0, at_lane0(n.amap)))))
                 if guard is None:
@@ -375,6 +402,52 @@ class _ValueGraph:
                 expr = term if expr is None else IndexBinary(BinaryOpType.LogicalOr, expr, term)
             out[n] = expr
         return out
+
+
+def _bounds(cond: Expr) -> dict[Expr, tuple[float, float]] | None:
+    """The half-open ranges [lo, hi) a conjunction of comparisons with literals puts on the
+    index expressions it compares (`x - 64 >= 0` bounds x below by 64); None when some term
+    is not such a comparison."""
+    terms = []
+    stack = [cond]
+    while stack:
+        c = stack.pop()
+        if isinstance(c, IndexBinary) and c.op is BinaryOpType.LogicalAnd:
+            stack += [c.lhs, c.rhs]
+        else:
+            terms.append(c)
+    out: dict[Expr, tuple[float, float]] = {}
+    for t in terms:
+        if not (isinstance(t, IndexBinary) and t.op in (BinaryOpType.Lt, BinaryOpType.Ge)
+                and isinstance(t.rhs, IntLit)):
+            return None
+        x, k = t.lhs, t.rhs.value
+        if isinstance(x, IndexBinary) and x.op in (BinaryOpType.Add, BinaryOpType.Sub) and isinstance(x.rhs, IntLit):
+            k -= x.rhs.value if x.op is BinaryOpType.Add else -x.rhs.value
+            x = x.lhs
+        lo, hi = out.get(x, (float("-inf"), float("inf")))
+        out[x] = (lo, min(hi, k)) if t.op is BinaryOpType.Lt else (max(lo, k), hi)
+    return out
+
+
+def _exclusive_pairs(loads: list["_Node"], guards: dict["_Node", Expr]) -> dict["_Node", tuple["_Node", "_Node"]]:
+    """Pairs of vector loads of one tensor whose conditions never hold together (each node
+    -> its pair, the first-ordered node first): they can share one load."""
+    out: dict[_Node, tuple[_Node, _Node]] = {}
+    for k, a in enumerate(loads):
+        if a in out or a not in guards:
+            continue
+        ba = _bounds(guards[a])
+        if ba is None:
+            continue
+        for b in loads[k + 1:]:
+            if b in out or b.tv is not a.tv or b not in guards:
+                continue
+            bb = _bounds(guards[b])
+            if bb is not None and any(x in bb and max(ba[x][0], bb[x][0]) >= min(ba[x][1], bb[x][1]) for x in ba):
+                out[a] = out[b] = (a, b)
+                break
+    return out
 
 
 def _at_lane0(loop_index: Indices) -> Indices:

@@ -364,8 +364,10 @@ def pad(x: TensorView, pad_widths: Sequence[Extent], value: Scalar | None = None
     return out
 
 
-def cat(tensors: Sequence[TensorView], dim: int = 0) -> TensorView:
-    """Concatenate along `dim`; other extents must agree; dtypes promote as torch.cat."""
+def cat(tensors: Sequence[TensorView], dim: int = 0, manual_padding: bool = False) -> TensorView:
+    """Concatenate along `dim`; other extents must agree; dtypes promote as torch.cat.
+    `manual_padding`: the tensors are pads already placed at their offsets (see
+    `_cat_padded`)."""
     if not tensors:
         raise ValueError("cat needs at least one tensor")
     for k, t in enumerate(tensors):
@@ -377,10 +379,19 @@ def cat(tensors: Sequence[TensorView], dim: int = 0) -> TensorView:
     if n == 0:
         raise ValueError("cat: zero-dimensional tensors cannot be concatenated")
     (dim,) = normalize_dims([dim], n, "dim")
+    if manual_padding:
+        return _cat_padded(tensors, dim)
     from fuser.ir.dtype import result_type
 
     dtype = result_type([t.dtype for t in tensors], [])
     tensors = [arith.cast(t, dtype) if t.dtype is not dtype else t for t in tensors]
+    # inputs empty along `dim` by their static extent add nothing (nvFuser drops them too):
+    # a cat left with one input is a copy of it, which keeps its axes mapped to the output's
+    nonempty = [t for t in tensors if _const(t.logical_no_reductions()[dim].user_extent) != 0]
+    if len(nonempty) == 1:
+        return arith.set_(nonempty[0])
+    if nonempty:
+        tensors = nonempty
     ref = tensors[0].logical_no_reductions()
     ids = []
     for pos in range(n):
@@ -398,4 +409,53 @@ def cat(tensors: Sequence[TensorView], dim: int = 0) -> TensorView:
             ids.append(concrete[0].clone_like() if concrete else ref[pos].clone_like())
     out = TensorView(TensorDomain(ids), dtype)
     CatOp(list(tensors), [out], dim=dim)
+    return out
+
+
+def _cat_padded(tensors: Sequence[TensorView], dim: int) -> TensorView:
+    """nvFuser's cat with manual padding: every tensor is a pad's result of the output's
+    shape, its data at [left, left + extent) along `dim`; each position takes the first
+    tensor whose data holds it (the last tensor where none does). Pads that place their
+    inputs side by side from 0 are a plain cat of those inputs."""
+    pads: list[PadOp] = []
+    for k, t in enumerate(tensors):
+        d = t.definition
+        if not isinstance(d, PadOp):
+            raise ValueError(f"cat: manual_padding needs every tensor to be a pad's result; tensors[{k}] is not")
+        if t.dtype is not tensors[0].dtype:
+            raise TypeError(f"cat: manual_padding needs one dtype; tensors[{k}] is {t.dtype}, "
+                            f"tensors[0] {tensors[0].dtype}")
+        pads.append(d)
+    if len(tensors) == 1:
+        return arith.set_(tensors[0])
+    srcs = [p.inputs[0] for p in pads]
+    offset = 0
+    side_by_side = True
+    for p, x in zip(pads, srcs):
+        left, right = (_const(w) for w in p.pad_widths[dim])
+        others = [_const(w) for d, pair in enumerate(p.pad_widths) if d != dim for w in pair]
+        if left != offset or right is None or any(w != 0 for w in others):
+            side_by_side = False
+            break
+        size = _const(x.logical_no_reductions()[dim].user_extent)
+        if size is None:
+            side_by_side = False
+            break
+        offset += size
+    total = _const(tensors[0].logical_no_reductions()[dim].user_extent)
+    if side_by_side and offset == total:
+        return cat(srcs, dim)
+    from .factory import iota
+
+    n = tensors[0].ndim
+    length = tensors[0].logical_no_reductions()[dim].user_extent
+    pos = iota(length, Scalar(DataType.Int, 0), Scalar(DataType.Int, 1))
+    pos = broadcast(pos, [d != dim for d in range(n)])
+    out = tensors[-1]
+    for p, x, t in zip(reversed(pads[:-1]), reversed(srcs[:-1]), reversed(tensors[:-1])):
+        left = p.pad_widths[dim][0]
+        end = arith.binary(BinaryOpType.Add, left, x.logical_no_reductions()[dim].user_extent)
+        inside = arith.binary(BinaryOpType.LogicalAnd, arith.binary(BinaryOpType.Ge, pos, left),
+                              arith.binary(BinaryOpType.Lt, pos, end))
+        out = arith.where(inside, t, out)
     return out
