@@ -20,5 +20,5 @@ def compile_all(sources: Iterable[str]) -> bytes:
             for h in _HEADERS[1:]:
                 one = one.replace(h, "")
             one = one.replace("typedef", "// typedef", 1) if units else one
-            units.append(re.sub(r"\bfuser_(pointwise|reduction|inner_outer|transpose)\b", f"k{n}_{k}", one))
+            units.append(re.sub(r"\bfuser_(pointwise|reduction|inner_outer|transpose|scatter)\b", f"k{n}_{k}", one))
     return compile_cubin_nvcc("".join(_HEADERS) + "\n".join(units), arch="sm_90", headers=runtime_headers())

@@ -40,7 +40,7 @@ def _t(*shape, dtype=torch.float32):
 def test_registry_order_is_nvfusers():
     assert [s.value for s in REGISTRY_ORDER] == [
         "no_op", "expr_eval", "reduction", "resize", "transpose", "pointwise",
-        "inner_persistent", "outer_persistent", "inner_outer_persistent",
+        "inner_persistent", "outer_persistent", "inner_outer_persistent", "greedy",
     ]
     assert SchedulerType.pointwise == "pointwise" and str(SchedulerType.inner_persistent) == "inner_persistent"
 

@@ -542,7 +542,7 @@ class IndexCheck:
     the kernel checks index tensor values (CheckedIndex.check is this check's position in
     Kernel.index_checks); a Scalar: the host checks it before the launch, a position (select's
     index; `wrap`: -extent.. accepted) or, with `size`, an index tensor's extent along
-    `dim`, which may not exceed `extent` (gather)."""
+    `dim`, which may not exceed `extent` (gather, scatter)."""
 
     op: str
     dim: int

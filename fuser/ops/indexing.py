@@ -92,7 +92,9 @@ def scatter(x: TensorView, index: TensorView, src: TensorView | Scalar, dim: int
     if src.dtype is not x.dtype:
         raise TypeError(f"scatter: src dtype {src.dtype} differs from arg dtype {x.dtype}")
     (dim,) = normalize_dims([dim], x.ndim, "dim")
-    out = TensorView(TensorDomain([i.clone_like() for i in x.logical_no_reductions()]), x.dtype)
+    # an expanded axis of `x` is a real one of the result: the writes differ along it
+    out = TensorView(TensorDomain([IterDomain(i.user_extent) if i.has_expanded_extent else i.clone_like()
+                                   for i in x.logical_no_reductions()]), x.dtype)
     ScatterOp([x, index, src], [out], dim=dim)
     return out
 

@@ -29,6 +29,13 @@ def out_of_range(op: str, value: int, dim: int, n: int, tensor: str, wrap: bool 
     return IndexOutOfRangeError(f"{op}: index {value} is out of bounds for dimension {dim} of {tensor}, of {where}")
 
 
+#: the size rule each op's index tensor follows, for the error naming a size that breaks it
+_SIZE_RULE = {
+    "gather": "only the gathered dimension may be larger",
+    "scatter": "the index may be no larger than src in any dimension, nor than the input in any but dim",
+}
+
+
 def check_on_host(kernel: Kernel, evaluate: Any) -> None:
     """Raise for the host checks of `kernel` that this call's values fail; `evaluate` gives
     a Fusion scalar's value (SchedulerRuntimeInfo.evaluate)."""
@@ -39,7 +46,7 @@ def check_on_host(kernel: Kernel, evaluate: Any) -> None:
         if c.size:
             if v > n:
                 raise RuntimeError(f"{c.op}: the index has size {v} in dimension {c.dim}, larger than {c.tensor}'s "
-                                   f"{n} (only the gathered dimension may be larger)")
+                                   f"{n} ({_SIZE_RULE.get(c.op, _SIZE_RULE['gather'])})")
         elif not ((-n if c.wrap else 0) <= v < n):
             raise out_of_range(c.op, v, c.dim, n, c.tensor, c.wrap)
 

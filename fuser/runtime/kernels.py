@@ -201,7 +201,7 @@ class GeneratedKernel:
                 philox_state = philox.draw(self.info.device, philox.streams(self.fusion))
             for k, which in self._philox:
                 values[k] = philox.as_int64(philox_state[which])
-        if self._work:
+        if self._work or self._semaphore is not None:
             self._grid_buffers(values)
         if self._index_error is None:
             compiled.launch(self.grid, self.block, values)
@@ -422,6 +422,28 @@ def prepare_transpose(fusion: Fusion, args: Sequence[Any], device: torch.device 
     return _launch_plan(fusion, kernel, params, info, args, grid, (params.threads, 1))
 
 
+def prepare_greedy(fusion: Fusion, args: Sequence[Any], device: torch.device | None = None) -> GeneratedKernel:
+    """Schedule and lower a greedy segment (a scatter and the elementwise producers of its
+    operands) for the call `args` describes on `device`. Its blocks stride over the copy
+    and the scattered writes, so one block per thread's share of the larger is launched
+    and the runtime caps the grid at the blocks the GPU holds at once (the kernel
+    synchronises its grid between the two)."""
+    from fuser.lower.scatter import lower_scatter
+    from fuser.scheduler import greedy
+
+    fusion, _ = fusion.clone()
+    info = runtime_info(fusion, args, device=device)
+    sub = FusionAnalysis(fusion, info).whole()
+    why = greedy.reject_reason(sub)
+    if why is not None:
+        raise NotLowerable(f"a scatter kernel cannot compute this segment: {why}")
+    params = greedy.heuristics(sub)
+    kernel = lower_scatter(fusion, params)
+    e = greedy.the_scatter(sub)
+    work = max(info.numel(e.outputs[0]) // params.vectorize, info.numel(e.inputs[1]))
+    return _launch_plan(fusion, kernel, params, info, args, (-(-work // params.threads), 1), (params.threads, 1))
+
+
 #: the schedulers whose segments become generated kernels, and how each is prepared
 _PREPARE = {
     SchedulerType.pointwise: prepare_pointwise,
@@ -431,6 +453,7 @@ _PREPARE = {
     SchedulerType.inner_persistent: lambda f, a, d=None: prepare_reduction(f, a, d, persistent=True),
     SchedulerType.inner_outer_persistent: prepare_inner_outer,
     SchedulerType.outer_persistent: lambda f, a, d=None: prepare_reduction(f, a, d, persistent=True, outer=True),
+    SchedulerType.greedy: prepare_greedy,
 }
 
 

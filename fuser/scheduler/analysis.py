@@ -56,10 +56,11 @@ REDUCTION = "reduction"  # a reduction over at least one non-broadcast axis
 VIEW = "view"  # broadcast / squeeze / expand: metadata only
 RESHAPE = "reshape"
 RESIZE = "resize"  # slice, pad, cat
-ATEN = "aten"  # work only ATen does (matmul, linear, scan, scatter)
+ATEN = "aten"  # work only ATen does (matmul, linear, scan, the AtenOps)
+SCATTER = "scatter"  # torch.scatter: the greedy scheduler's
 SCALAR = "scalar"  # scalar arithmetic: evaluated on the host wherever it is needed
 
-_ATEN_ONLY = (MatmulOp, LinearOp, ScanOp, ScatterOp, AtenOp)
+_ATEN_ONLY = (MatmulOp, LinearOp, ScanOp, AtenOp)
 _RESIZE = (SliceOp, PadOp, CatOp)
 _VIEW = (BroadcastOp, SqueezeOp, ExpandOp)
 _INDEXING = (SelectOp, IndexSelectOp, GatherOp)
@@ -90,6 +91,8 @@ def expr_kind(e: Expr) -> str:
         return VIEW if is_trivial_reduction(e) else REDUCTION
     if isinstance(e, _ATEN_ONLY):
         return ATEN
+    if isinstance(e, ScatterOp):
+        return SCATTER
     if isinstance(e, _RESIZE):
         return RESIZE
     if isinstance(e, ReshapeOp):

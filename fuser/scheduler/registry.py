@@ -5,8 +5,8 @@ from typing import Callable
 
 from fuser.ir import Fusion
 
-from . import expr_eval, no_op, normalization, pointwise, reduction, resize, transpose
-from .analysis import FusionAnalysis, SubFusion
+from . import expr_eval, greedy, no_op, normalization, pointwise, reduction, resize, transpose
+from .analysis import SCATTER, FusionAnalysis, SubFusion
 from .runtime_info import SchedulerRuntimeInfo
 from .types import REGISTRY_ORDER, SchedulerType
 
@@ -20,7 +20,17 @@ _REASONS: dict[SchedulerType, Callable[[SubFusion], "str | None"]] = {
     SchedulerType.inner_persistent: normalization.inner_reason,
     SchedulerType.outer_persistent: normalization.outer_reason,
     SchedulerType.inner_outer_persistent: normalization.inner_outer_reason,
+    SchedulerType.greedy: greedy.reject_reason,
 }
+
+
+def _reason(st: SchedulerType, sub: SubFusion) -> str | None:
+    """`st`'s verdict on `sub`. A scatter is the greedy scheduler's alone: the others'
+    structure checks predate it and do not all know it (no_op would take one whose output
+    is empty, losing its index checks; reduction would take one beside a reduction)."""
+    if st is not SchedulerType.greedy and SCATTER in sub.kinds:
+        return "has a scatter (the greedy scheduler's)"
+    return _REASONS[st](sub)
 
 
 def reject_reason(sub: SubFusion, scheduler: SchedulerType | str) -> str | None:
@@ -28,20 +38,20 @@ def reject_reason(sub: SubFusion, scheduler: SchedulerType | str) -> str | None:
     st = SchedulerType(scheduler)
     if st is SchedulerType.none:
         raise ValueError("SchedulerType.none is for custom segmentation; it schedules nothing")
-    return _REASONS[st](sub)
+    return _reason(st, sub)
 
 
 def propose(sub: SubFusion) -> SchedulerType | None:
     """The first scheduler in registry order that accepts `sub`."""
     for st in REGISTRY_ORDER:
-        if _REASONS[st](sub) is None:
+        if _reason(st, sub) is None:
             return st
     return None
 
 
 def explain(sub: SubFusion) -> dict[SchedulerType, str | None]:
     """Every scheduler's verdict on `sub`: None for accept, else the reason it refuses."""
-    return {st: _REASONS[st](sub) for st in REGISTRY_ORDER}
+    return {st: _reason(st, sub) for st in REGISTRY_ORDER}
 
 
 def _whole(fusion: Fusion, runtime_info: SchedulerRuntimeInfo | None) -> SubFusion:

@@ -16,6 +16,9 @@ class SchedulerType(str, enum.Enum):
     inner_persistent = "inner_persistent"
     outer_persistent = "outer_persistent"
     inner_outer_persistent = "inner_outer_persistent"
+    #: a scatter with the elementwise work producing its operands (nvFuser's greedy scheduler
+    #: is the one that takes scatter)
+    greedy = "greedy"
     #: custom segmentation (a caller's should-merge predicate): no scheduler is asked
     none = "none"
 
@@ -34,4 +37,5 @@ REGISTRY_ORDER: tuple[SchedulerType, ...] = (
     SchedulerType.inner_persistent,
     SchedulerType.outer_persistent,
     SchedulerType.inner_outer_persistent,
+    SchedulerType.greedy,
 )
