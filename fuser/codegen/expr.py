@@ -8,9 +8,13 @@ PyTorch's semantics per DataType.
 """
 from __future__ import annotations
 
+from typing import Any
+
+import numpy as np
+
 from fuser.ir.domain import ParallelType
 from fuser.ir.dtype import DataType
-from fuser.ir.exprs import BinaryOpType, RNGOpType
+from fuser.ir.exprs import BinaryOpType, RNGOpType, UnaryOpType
 from fuser.lower.kir import (
     AddressOf,
     Binary,
@@ -120,8 +124,12 @@ def _value(e: Expr) -> str:
     if isinstance(e, Const):
         return emit_constant(e.value, e.dtype)
     if isinstance(e, Cast):
-        return emit_cast(expr(e.value), e.src, e.dst)
+        return _folded(e.value, e.src, e.dst) or emit_cast(expr(e.value), e.src, e.dst)
     if isinstance(e, Unary):
+        if e.op is UnaryOpType.Cast:
+            folded = _folded(e.operand, e.dtype, e.out)
+            if folded:
+                return folded
         return emit_unary(e.op, expr(e.operand), e.dtype, e.out)
     if isinstance(e, Binary):
         return emit_binary(e.op, expr(e.lhs), expr(e.rhs), e.lhs_dtype, e.rhs_dtype, e.out, common=e.common)
@@ -132,6 +140,19 @@ def _value(e: Expr) -> str:
         a, b, c = (expr(x) for x in e.operands)
         return emit_ternary(e.op, a, b, c, e.dtypes, e.out, common=e.common)
     raise TypeError(f"no C++ for {type(e).__name__}")
+
+
+def _folded(value: Expr, src: DataType, dst: DataType) -> str | None:
+    """A float constant's conversion to another float type, done here rather than on the
+    device for every element (a `full` of bf16 zeros: the conversion is an asm the compiler
+    cannot fold); None where `value` is not such a constant."""
+    if not (isinstance(value, Const) and src in (DataType.Float, DataType.Double) and dst.is_floating):
+        return None
+    v = float(value.value.real if isinstance(value.value, complex) else value.value)
+    if src is DataType.Float:
+        with np.errstate(over="ignore"):
+            v = float(np.float32(v))
+    return emit_constant(v, dst)
 
 
 def _operand(e: Expr, at_least: int) -> str:
