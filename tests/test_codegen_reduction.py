@@ -147,7 +147,7 @@ def test_persistent_block_reductions_alternate_scratch_without_a_trailing_barrie
     assert "block_allreduce_x(" in src and "<false>" not in src
 
 
-@pytest.mark.parametrize("cols,threads,per_thread", [(4096, 256, 16), (8192, 512, 16), (16384, 512, 32),
+@pytest.mark.parametrize("cols,threads,per_thread", [(4096, 256, 16), (8192, 256, 32), (16384, 512, 32),
                                                      (32768, 1024, 32)])
 def test_long_rows_hold_more_elements_per_thread_before_1024_threads(cols, threads, per_thread):
     src, _ = _code(_softmax, [_meta((64, cols), torch.bfloat16)])
