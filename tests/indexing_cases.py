@@ -62,6 +62,22 @@ def define(fd, xs):
     return out
 
 
+def meta(x):
+    """`x` as a meta tensor of the same layout (scalars as they are): kernels generated
+    without a device."""
+    return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta") if isinstance(x, torch.Tensor) else x
+
+
+def defined(case):
+    """(the finished definition of `case`, the CPU inputs it was defined from)."""
+    from fuser import FusionDefinition
+
+    xs = case.inputs("cpu")
+    with FusionDefinition() as fd:
+        case.build(fd, xs)
+    return fd, xs
+
+
 def _case(name, inputs, body, kernel=True, kind="fuser_pointwise"):
     def build(fd, xs):
         for y in body(fd, *define(fd, xs)):

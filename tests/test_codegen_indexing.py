@@ -14,18 +14,7 @@ from fuser.runtime.kernels import prepare_pointwise
 from fuser.runtime.reference import run_reference
 
 from cuda_units import compile_all
-from indexing_cases import CASES, indices, rand
-
-
-def _meta(x):
-    return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta") if isinstance(x, torch.Tensor) else x
-
-
-def _define(case):
-    xs = case.inputs("cpu")
-    with FusionDefinition() as fd:
-        case.build(fd, xs)
-    return fd, xs
+from indexing_cases import CASES, defined as _define, indices, meta as _meta, rand
 
 
 def _embedding(fd, index_dtype=DataType.Int):

@@ -17,18 +17,7 @@ from fuser.scheduler import greedy
 
 from cuda_units import compile_all
 from scatter_cases import CASES, unique_index
-from indexing_cases import rand
-
-
-def _meta(x):
-    return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta") if isinstance(x, torch.Tensor) else x
-
-
-def _define(case):
-    xs = case.inputs("cpu")
-    with FusionDefinition() as fd:
-        case.build(fd, xs)
-    return fd, xs
+from indexing_cases import defined as _define, meta as _meta, rand
 
 
 def _schedulers(fd, xs):
