@@ -2,6 +2,8 @@
 made from meta tensors of many shapes (inner and outer reductions, grid reductions,
 Welford, softmax and the norms), compiles with nvcc for sm_90, and the schedule's choices
 show in the code (vector loads, block and grid reductions)."""
+import re
+
 import pytest
 import torch
 
@@ -151,7 +153,7 @@ def test_persistent_block_reductions_alternate_scratch_without_a_trailing_barrie
                                                      (32768, 1024, 32)])
 def test_long_rows_hold_more_elements_per_thread_before_1024_threads(cols, threads, per_thread):
     src, _ = _code(_softmax, [_meta((64, cols), torch.bfloat16)])
-    assert f"__launch_bounds__({threads})" in src and f"__bfloat r0[{per_thread}];" in src
+    assert re.search(rf"__launch_bounds__\({threads}(, \d+)?\)", src) and f"__bfloat r0[{per_thread}];" in src
 
 
 def test_rows_holding_many_input_bytes_take_more_threads():
@@ -168,7 +170,7 @@ def test_rows_holding_many_input_bytes_take_more_threads():
         fd.add_output(y)
 
     src, _ = _code(layer_norm_affine, [_meta((2048, 16384)), _meta((16384,)), _meta((16384,))])
-    assert "__launch_bounds__(1024)" in src and "float r0[16];" in src
+    assert re.search(r"__launch_bounds__\(1024(, 1)?\)", src) and "float r0[16];" in src
 
 
 def test_code_for_a_fusion_of_several_segments_from_cpu_inputs():
@@ -259,3 +261,44 @@ def test_rows_too_many_to_hold_are_not_outer_persistent():
     # normalisation are separate kernels
     src, _ = _code(_batch_norm(DataType.BFloat16), _bn_inputs(16384, 4096))
     assert src.count("__global__") >= 2 and "grid_sync" not in src
+
+
+def test_persistent_kernels_are_compiled_for_the_blocks_their_held_rows_allow():
+    """A persistent kernel's __launch_bounds__ asks for as many blocks per SM as its held
+    row and 16 more registers per thread allow (LayerNorm bf16 over 4096: 96 held bytes,
+    40 registers: 6 blocks of 256 threads), never more than the SM's threads allow."""
+    from fuser.benchmarks.fusions import by_name
+    from fuser.scheduler.normalization import persistent_min_blocks
+    from fuser.scheduler.runtime_info import DeviceLimits
+
+    h100 = DeviceLimits.h100()
+    assert persistent_min_blocks(h100, 256, 16 * 6) == 6
+    assert persistent_min_blocks(h100, 256, 16 * 2) == 8  # 24 registers: the SM's 2048 threads bound it
+    assert persistent_min_blocks(h100, 1024, 64 * 12) == 1
+    f = by_name("layernorm_fwd_bf16")
+    src = f.fusion_definition().cuda_code_for(f.make_inputs("meta", (16384, 4096)))
+    assert "__launch_bounds__(256, 6)" in src
+
+
+def test_a_register_cap_that_spills_is_dropped_when_the_kernel_loads(monkeypatch):
+    # no GPU: a stand-in loader reports local memory for the capped source only
+    import fuser.runtime.kernel_cache as kc
+    import fuser.runtime.launch as launch
+    from fuser.runtime.kernels import prepare_kernel
+    from fuser.scheduler import SchedulerType
+
+    loaded = []
+
+    class Loaded:
+        def __init__(self, cubin, name, fmt, device=None):
+            self.local_size_bytes = 40 if b"__launch_bounds__(256, " in cubin else 0
+            loaded.append(self.local_size_bytes)
+
+    monkeypatch.setattr(kc, "get_cubin", lambda source, **k: source.encode())
+    monkeypatch.setattr(launch, "CompiledKernel", Loaded)
+    k = prepare_kernel(SchedulerType.inner_persistent, _code(_softmax, [_meta((8, 4096), torch.bfloat16)])[1].fusion,
+                       [_meta((8, 4096), torch.bfloat16)])
+    assert k.kernel.min_blocks and "__launch_bounds__(256, " in k.source
+    k.load()
+    assert loaded == [40, 0]
+    assert k.kernel.min_blocks == 0 and "__launch_bounds__(256)" in k.source

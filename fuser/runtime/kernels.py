@@ -7,6 +7,7 @@ tensors' data pointers change, so a launch packs pointers in front of a precompu
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Sequence
 
 import torch
@@ -141,11 +142,22 @@ class GeneratedKernel:
         from .nvrtc import device_arch
 
         arch = device_arch(self.info.device)
-        key = (self.source, arch, self.info.device)
-        compiled = _loaded.get(key)
-        if compiled is None:
-            cubin = get_cubin(self.source, arch=arch, headers=runtime_headers())
-            compiled = _loaded[key] = CompiledKernel(cubin, self.kernel.name, self.format, device=self.info.device)
+
+        def compile_and_load() -> CompiledKernel:
+            key = (self.source, arch, self.info.device)
+            got = _loaded.get(key)
+            if got is None:
+                cubin = get_cubin(self.source, arch=arch, headers=runtime_headers())
+                got = _loaded[key] = CompiledKernel(cubin, self.kernel.name, self.format, device=self.info.device)
+            return got
+
+        compiled = compile_and_load()
+        if self.kernel.min_blocks and not self.kernel.grid_sync and compiled.local_size_bytes > 0:
+            # the register cap the occupancy target set made the compiler spill: a slower
+            # kernel than the compiler's own choice, which is taken instead
+            self.kernel = dataclasses.replace(self.kernel, min_blocks=0)
+            self.source = kernel_source(self.kernel)
+            compiled = compile_and_load()
         if self.kernel.grid_sync and self.grid[0] > 0:
             # every block must be resident at once for the grid barrier
             threads = self.block[0] * self.block[1]

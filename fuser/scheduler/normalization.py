@@ -178,6 +178,7 @@ def _outer_result_reaches_rows(sub: SubFusion, outer) -> bool:
 # --- heuristics ---------------------------------------------------------------------------------
 
 from .reduction import BLOCK_THREADS, ReductionGeometry, ReductionParams, _pow2_ceil  # noqa: E402
+from .runtime_info import DeviceLimits  # noqa: E402
 
 #: elements of a row each thread holds, as aimed for and at most: on an H100, 16 per
 #: thread (4096 bf16 elements over 256 threads) beat 32 (128 threads) by 6-10% for RMSNorm
@@ -219,7 +220,25 @@ def inner_persistent_heuristics(sub: SubFusion, geo: ReductionGeometry, vectoriz
     if batch * vectorize > MAX_PERSISTENT_ELEMENTS:
         raise ValueError(f"a row of {geo.n_red} elements needs {batch * vectorize} registers in each of {bdx} threads")
     bdy = max(1, min(BLOCK_THREADS // bdx, _pow2_ceil(geo.n_iter)))
-    return ReductionParams(True, True, vectorize, bdx, bdy, batch, 1, info.index_type)
+    return ReductionParams(True, True, vectorize, bdx, bdy, batch, 1, info.index_type,
+                           persistent_min_blocks(info.device_limits, bdx * bdy, batch * vectorize * held))
+
+
+#: registers a persistent kernel's thread needs besides its held row: indices, the
+#: reductions' accumulators, temporaries
+PERSISTENT_OVERHEAD_REGISTERS = 16
+
+
+def persistent_min_blocks(limits: DeviceLimits, threads: int, held_bytes: int) -> int:
+    """Blocks per SM a persistent kernel is compiled to fit: as many as the registers its
+    held row and PERSISTENT_OVERHEAD_REGISTERS more allow. Left to itself, the compiler
+    keeps values it could recompute and lowers occupancy: LayerNorm bf16 [16384, 4096]
+    took 47 registers (5 blocks of 256 threads per SM) and ran at 91% of copy on an H100;
+    capped at 40 (6 blocks), 96.5%. A cap that makes the kernel spill is dropped when it
+    is loaded (`GeneratedKernel.load`)."""
+    regs = -(-(held_bytes // 4 + PERSISTENT_OVERHEAD_REGISTERS) // 8) * 8  # allocated 8 at a time
+    blocks = min(limits.max_threads_per_sm // max(threads, 1), limits.registers_per_sm // (threads * regs))
+    return max(blocks, 1)
 
 
 def geo_red_classes(sub: SubFusion, geo: ReductionGeometry) -> set[int]:
@@ -291,4 +310,5 @@ def inner_outer_heuristics(sub: SubFusion, geo: ReductionGeometry, vectorize: in
     for seg, _ in row_segments(sub, geo).values():
         while seg % bdy:  # a block's group of rows lies in one segment
             bdy //= 2
-    return dataclasses.replace(p, bdy=bdy)
+    # (its grid is as many blocks as fit at once: the compiler's register choice decides)
+    return dataclasses.replace(p, bdy=bdy, min_blocks=0)

@@ -122,7 +122,8 @@ class ReductionParams:
     `vectorize` adjacent columns, `bdy` threads (threadIdx.y) and `grid_y` blocks split
     the rows, `unroll` rows per thread per step. Persistent: a row is loaded once into
     `unroll` vectors per thread (the serial loop has one step) and reused after each
-    reduction."""
+    reduction. `min_blocks`: blocks per SM the kernel is compiled to fit (its registers
+    capped to match), 0 for the compiler's own choice."""
 
     inner: bool
     persistent: bool
@@ -132,11 +133,12 @@ class ReductionParams:
     unroll: int
     grid_y: int
     index_type: str
+    min_blocks: int = 0
 
     def __str__(self) -> str:
         return (f"ReductionParams(inner={self.inner}, persistent={self.persistent}, vectorize={self.vectorize}, "
                 f"bdx={self.bdx}, bdy={self.bdy}, unroll={self.unroll}, grid_y={self.grid_y}, "
-                f"index_type={self.index_type})")
+                f"index_type={self.index_type}" + (f", min_blocks={self.min_blocks})" if self.min_blocks else ")"))
 
     @property
     def threads(self) -> int:

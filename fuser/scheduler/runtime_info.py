@@ -23,6 +23,7 @@ class DeviceLimits:
     smem_per_block: int = 227 * 1024
     registers_per_sm: int = 64 * 1024  # 32-bit registers
     max_threads_per_block: int = 1024
+    max_threads_per_sm: int = 2048
     warp_size: int = 32
     name: str = "NVIDIA H100 (assumed: no GPU present)"
 
@@ -49,6 +50,7 @@ class DeviceLimits:
             smem_per_block=smem_block,
             registers_per_sm=regs,
             max_threads_per_block=getattr(p, "max_threads_per_block", 1024),
+            max_threads_per_sm=getattr(p, "max_threads_per_multi_processor", cls.max_threads_per_sm),
             warp_size=getattr(p, "warp_size", 32),
             name=p.name,
         )
