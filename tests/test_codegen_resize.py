@@ -58,17 +58,7 @@ def _materialize(args):
 
 
 def simulate(k, args):
-    outs = k.allocate_outputs()
-    for o in outs:
-        o.fill_(float("nan") if o.dtype.is_floating_point else True if o.dtype is torch.bool else -7)
-    values = list(k._template)
-    for pos, j in k._in_ptrs + k._scalars:
-        values[pos] = args[j]
-    for pos, j in k._out_ptrs + k._out_storage_ptrs:
-        values[pos] = outs[j]
-    if k.grid[0]:
-        Simulator(k.kernel, k.grid, k.block, values).run()
-    return outs
+    return tct.run_plan(k, args, Simulator)
 
 
 def _define(case) -> FusionDefinition:

@@ -454,6 +454,13 @@ def simulate_kernel(fusion, args: list):
     from fuser.runtime.kernels import prepare_transpose
 
     k = prepare_transpose(fusion, args)
+    return run_plan(k, args), k
+
+
+def run_plan(k, args: list, simulator: type | None = None) -> list:
+    """The outputs of launch plan `k` (a GeneratedKernel) simulated on CPU `args` by
+    `simulator` (default: this file's Simulator), poisoned first (NaN, -7, True) so that
+    an element the kernel skips shows."""
     outs = k.allocate_outputs()
     for o in outs:
         o.fill_(float("nan") if o.dtype.is_floating_point else True if o.dtype is torch.bool else -7)
@@ -463,8 +470,8 @@ def simulate_kernel(fusion, args: list):
     for pos, j in k._out_ptrs + k._out_storage_ptrs:
         values[pos] = outs[j]
     if k.grid[0]:
-        Simulator(k.kernel, k.grid, k.block, values).run()
-    return outs, k
+        (simulator or Simulator)(k.kernel, k.grid, k.block, values).run()
+    return outs
 
 
 def simulate(fd: FusionDefinition, inputs: list):

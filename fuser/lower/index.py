@@ -85,6 +85,26 @@ def unsplit(outer: Expr, inner: Expr, ext: Expr) -> Expr:
     return add(mul(outer, ext), inner)
 
 
+def _div(a: Expr, b: Expr) -> Expr:
+    """a / b, folding literals (and division by 1)."""
+    la, lb = _lit(a), _lit(b)
+    if lb == 1 or la == 0:
+        return a
+    if la is not None and lb is not None:
+        return IntLit(la // lb)
+    return a // b
+
+
+def _mod(a: Expr, b: Expr) -> Expr:
+    """a % b, folding literals (and modulo 1)."""
+    la, lb = _lit(a), _lit(b)
+    if lb == 1 or la == 0:
+        return IntLit(0)
+    if la is not None and lb is not None:
+        return IntLit(la % lb)
+    return a % b
+
+
 def ge(a: Expr, b: Expr | int) -> IndexBinary:
     """`a >= b` in index arithmetic."""
     return IndexBinary(BinaryOpType.Ge, a, IntLit(b) if isinstance(b, int) else b)
@@ -179,6 +199,7 @@ class TensorIndexer:
         self._suffix_node = self._suffix_nodes()
         self._closure: dict[IterDomain, tuple[Expr, tuple[Expr, ...]]] | None = None
         self._closure_idx: Indices | None = None
+        self._derived_memo: tuple | None = None
 
     def extent(self, s: Scalar) -> Expr:
         """An integer scalar of the fusion (an extent) in index arithmetic."""
@@ -335,6 +356,74 @@ class TensorIndexer:
                     off = add(off, n)
         self._closure, self._closure_idx = known, idx
         return known
+
+    def index_map(self, tv: TensorView, idx: Indices, steps=()) -> Map:
+        """`tv`'s indices where the reference's are `idx`, for kernels that index every
+        tensor at the reference's position: an axis of a reference axis's class takes its
+        index, another its index through the reshapes, as `steps` (`IndexPlan.steps` of the
+        analysis) derive it. The plan reaches each axis one way, so a reshape's output and
+        input have the same element at any one position (a reshape is then a view)."""
+        amap: Map = {}
+        derived = None
+        for i in tv.logical_no_reductions():
+            if i.is_broadcast:
+                amap[i] = IntLit(0)
+                continue
+            r = self.ref_axis(i)
+            if r is not None:
+                amap[i] = idx[r]
+                continue
+            if derived is None:
+                derived = self._derived(steps, idx)
+            got = derived.get(self._classes.find(i))
+            if got is None:
+                if not (i.extent.is_const and int(i.extent.value) == 1):
+                    raise NotLowerable(f"{tv!r}: axis {i!r} is not reached from the reference's axes")
+                got = IntLit(0)
+            amap[i] = got
+        return amap
+
+    def _derived(self, steps, idx: Indices) -> dict[IterDomain, Expr]:
+        """Index per axis class: the reference's, then those `steps` derive, in order."""
+        memo = self._derived_memo
+        if memo is not None and memo[0] is steps and memo[1] is idx:
+            return memo[2]
+        find = self._classes.find
+        known: dict[IterDomain, Expr] = {find(r): idx[r] for r in self.ref_logical if not r.is_broadcast}
+        for src, dst in steps:
+            pos: Expr = IntLit(0)
+            for a in src:
+                got = known.get(find(a))
+                if got is None:
+                    raise NotLowerable(f"reshape axis {a!r} is used before it is indexed")
+                pos = unsplit(pos, got, self._axis_extent(a))
+            for b in reversed(dst[1:]):
+                ext = self._axis_extent(b)
+                known.setdefault(find(b), _mod(pos, ext))
+                pos = _div(pos, ext)
+            if dst:
+                known.setdefault(find(dst[0]), pos)
+        self._derived_memo = (steps, idx, known)
+        return known
+
+    def _axis_extent(self, i: IterDomain) -> Expr:
+        """`i`'s extent as the reference's axis of its class has it (so that a position
+        built from the reference's merged indices folds back into the merged index)."""
+        r = self.ref_axis(i)
+        if r is not None:
+            return self.extent(r.extent)
+        # (an expanded input axis a reshape reads counts in its positions)
+        return self.extent(i.user_extent if i.is_broadcast else i.extent)
+
+    def lanes_walk(self, tv: TensorView, amap: Map, index: Expr) -> bool:
+        """Whether `tv`'s innermost stored axis is indexed at `index` plus a shift free of
+        it, and no other stored axis's index depends on `index`: consecutive values of
+        `index` (vector lanes) are then consecutive elements along that axis."""
+        alloc = [i for i in tv.domain.maybe_allocation if not i.is_reduction and not i.is_broadcast]
+        if not alloc:
+            return False
+        s = shift_of(amap[alloc[-1]], index)
+        return s is not None and not uses(s, index) and not any(uses(amap[i], index) for i in alloc[:-1])
 
     def root_indices(self, out: TensorView, amap: Map) -> Indices:
         """`out`'s root indices from its logical ones (`amap`): the root→logical Split,

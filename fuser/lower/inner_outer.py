@@ -56,6 +56,8 @@ class InnerOuterLowering(ReductionLowering):
         super().__init__(fusion, ref, params, vector_tensors, sub, red_classes, name, vector_class)
         if not params.persistent or not params.inner or params.grid_y != 1:
             raise NotLowerable(f"an inner-outer kernel is persistent over rows, one block row per row, not {params}")
+        if self._steps:  # (normalization.inner_outer_reason refuses these)
+            raise NotLowerable("a reshape derives axes the reference lacks (the column phase indexes by its axes)")
         red_of = {r.expr: r for r in sub.reductions()}
         self.outer = [e for e in self.exprs if e in red_of and red_of[e].red_classes != red_classes]
         if not self.outer:

@@ -43,8 +43,9 @@ class ParamTable:
         """`tv`'s stride, in elements, along logical dim `dim`. The parameter's source is
         the torch tensor's dim holding that axis: the same dim, except for an input whose
         logical domain adds broadcasts to the root it holds (seed 000), where the added
-        broadcasts have no stride."""
-        if tv.domain.added_broadcasts():
+        broadcasts have no stride. (An output of that form, a static reshape to size-1
+        dims, is allocated with its logical shape: its dims are its logical axes.)"""
+        if tv in self._inputs and tv.domain.added_broadcasts():
             axis = tv.logical_no_reductions()[dim]
             held = tv.tensor_axes()
             if axis not in held:

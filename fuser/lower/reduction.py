@@ -36,7 +36,7 @@ from fuser.ir import (
 )
 from fuser.ir.exprs import BinaryOpType, UnaryOpType
 from fuser.ir.dtype import compute_dtype
-from fuser.scheduler.analysis import SubFusion, expr_kind, REDUCTION
+from fuser.scheduler.analysis import RESHAPE, SubFusion, expr_kind, REDUCTION
 from fuser.scheduler.normalization import OUTER_PERSISTENT_MIN_BLOCKS
 from fuser.scheduler.reduction import ReductionParams
 
@@ -113,11 +113,25 @@ class ReductionLowering:
         self.vector_tensors = vector_tensors
         find, id_of = sub.uf.find, sub.a.id_of
         self._red_classes = red_classes
-        self._is_full = {tv: any(find(id_of(i)) in red_classes for i in tv.logical_no_reductions() if not i.is_broadcast)
+        #: how the axes a reshape derives are indexed from the reference's (none without one)
+        self._steps: tuple = ()
+        #: the classes whose index depends on the columns: a tensor with one is full
+        columns = red_classes
+        if RESHAPE in sub.kinds:
+            plan = sub.index_plan(sub.classes_of(ref))
+            if plan.reason is not None:
+                raise NotLowerable(plan.reason)
+            self._steps = plan.steps
+            # an axis a reshape relates to kept axes alone is a kept one; the rest span
+            # columns (an input reshaped into the reduction's, its row split or merged)
+            red = next((r for r in sub.reductions() if r.red_classes == red_classes), None)
+            kept = red.iter_classes if red is not None else set(sub.classes_of(ref)) - red_classes
+            columns = plan.known - sub.reshape_closure(kept)
+        self._is_full = {tv: any(find(id_of(i)) in columns for i in tv.logical_no_reductions() if not i.is_broadcast)
                          for tv in fusion.tensors()}
         # the reference's own reduction axes (it may be a reduction's output) iterate nothing here
         loop = [i for i in ref.domain.loop if not i.is_broadcast and not i.is_reduction]
-        merged_red = [i for i in loop if self._class_set(i) <= red_classes]
+        merged_red = [i for i in loop if self._class_set(i) <= columns]
         merged_it = [i for i in loop if i not in merged_red]
         if len(merged_red) != 1 or len(merged_it) > 1:
             raise NotLowerable(f"reduction reference {ref!r} is not scheduled as [rows, columns]")
@@ -136,10 +150,15 @@ class ReductionLowering:
         #: per-row scale, say: 8x fewer loads and registers for bf16)
         self._lane_invariant: set[TensorView] = set()
         if V > 1 and vector_class is not None:
+            # (an axis a reshape derives may vary along the lanes: such inputs are not)
             self._lane_invariant = {
                 tv for tv in fusion.inputs if isinstance(tv, TensorView) and self.full(tv)
                 and tv not in vector_tensors
-                and all(find(id_of(i)) != vector_class for i in tv.logical_no_reductions() if not i.is_broadcast)}
+                and all(find(id_of(i)) != vector_class and self.ix.ref_axis(i) is not None
+                        for i in tv.logical_no_reductions() if not i.is_broadcast)}
+        #: the reference axis the vector lanes advance
+        self._vector_axis = next((r for r in ref.logical_no_reductions()
+                                  if not r.is_broadcast and find(id_of(r)) == vector_class), None)
         self.reduced_tile = 1 if params.inner else V
         self.body: list = []
         #: shared memory declarations: at the top of the kernel, seen by every scope
@@ -217,6 +236,27 @@ class ReductionLowering:
             loop[self.row_axis] = row
         loop[self.col_axis] = col
         return self.ix.ref_indices(loop)
+
+    def _map(self, tv: TensorView, idx: dict[IterDomain, kir.Expr]) -> dict[IterDomain, kir.Expr] | None:
+        """tv's indices at the reference's `idx` (None: its axes' reference classes, which
+        `TensorIndexer.offset` takes by default)."""
+        return self.ix.index_map(tv, idx, self._steps) if self._steps else None
+
+    def _offset(self, tv: TensorView, idx: dict[IterDomain, kir.Expr]) -> kir.Expr:
+        """tv's element offset at the reference's indices `idx`."""
+        return self.ix.offset(tv, idx, self._map(tv, idx))
+
+    def _lanes_walk(self, tv: TensorView, row: kir.Expr, col: kir.Expr) -> bool:
+        """Whether the vector lanes of the access at (row, col) are consecutive elements of
+        vector-accessed `tv`. Without reshapes they are (`vectorizable` picked tensors by
+        the vector axis's class); through a reshape only where tv's index along its
+        innermost axis is the vector axis's plus a shift the lanes share."""
+        if not self._steps or self._vector_axis is None:
+            return True
+        idx = dict(self._indices(_subst_v_expr(row, IntLit(0)), _subst_v_expr(col, IntLit(0))))
+        lane = Var("vector_lane_index")  # stands for the vector axis's index, which the lanes advance
+        idx[self._vector_axis] = lane
+        return self.ix.lanes_walk(tv, self.ix.index_map(tv, idx, self._steps), lane)
 
     def _row_ok(self, row: kir.Expr) -> kir.Expr | None:
         return lt(row, self.n_rows) if self.row_axis is not None else None
@@ -333,8 +373,8 @@ class ReductionLowering:
                 continue
             self._array(tv, "r")
             ptr = self.params.tensor(tv)
-            body = self._lanes_reduced([Assign(self._reg(tv, IntLit(0), v), Element(ptr, self.ix.offset(tv, idx)))],
-                                       tv, ptr, idx, load=True)
+            body = self._lanes_reduced([Assign(self._reg(tv, IntLit(0), v), Element(ptr, self._offset(tv, idx)))],
+                                       tv, ptr, idx, load=True, row=row)
             ok = self._row_ok(_subst_v_expr(row, IntLit(0)))  # lane 0 decides for the vector
             stmts = [If(ok, body)] if ok is not None else body
             self.body.extend(stmts)
@@ -344,13 +384,13 @@ class ReductionLowering:
         """Whether the kernel loads input `tv` (index ops read their lookup tensors themselves)."""
         return any(tv in e.inputs for e in self.exprs) and not self.lookups.skip_load(tv)
 
-    def _lanes_reduced(self, stmts: list, tv: TensorView, ptr, idx, *, load: bool) -> list:
+    def _lanes_reduced(self, stmts: list, tv: TensorView, ptr, idx, *, load: bool, row: kir.Expr) -> list:
         """Statements over the lanes of a reduced value (outer kernels hold a vector of
         columns): one vector access when `tv` allows it."""
         if self.reduced_tile == 1:
             return [_subst_v(s, IntLit(0)) for s in stmts]
-        if tv in self.vector_tensors:
-            off0 = _subst_v_expr(self.ix.offset(tv, idx), IntLit(0))
+        if tv in self.vector_tensors and self._lanes_walk(tv, row, IntLit(0)):
+            off0 = _subst_v_expr(self._offset(tv, idx), IntLit(0))
             name = self.regs[tv]
             if load:
                 return [VecLoad(tv.dtype, self.V, Var(name), AddressOf(Element(ptr, off0)))]
@@ -387,7 +427,7 @@ class ReductionLowering:
                 return self._reg(x, u, v)
             return scalar_value(x, self.params)
 
-        rhs = tensor_value(e, out, operand, self.params, lambda axis: self._axis_index(axis, u, v),
+        rhs = tensor_value(e, out, operand, self.params, lambda axis: self._axis_index(axis, u, v, out),
                            _INDEX_DTYPE[self.p.index_type], self.lookups.value)
         if rhs is None:  # a view: the same element as its operand
             self.regs[out] = self.regs[e.inputs[0]]
@@ -399,12 +439,14 @@ class ReductionLowering:
         self._array(out, "t")
         return [Assign(self._reg(out, u, v), rhs)]
 
-    def _axis_index(self, axis: IterDomain, u, v) -> kir.Expr:
+    def _axis_index(self, axis: IterDomain, u, v, out: TensorView) -> kir.Expr:
+        """The index of `out`'s axis `axis` at tile position (u, v) (iota and RNG read it)."""
         r = self.ix.ref_axis(axis)
-        if r is None:
+        if r is None and not self._steps:
             return IntLit(0)
         row, col = self._row_col(Var("s") if not self.p.persistent else IntLit(0), u, v)
-        return self._indices(row, col)[r]
+        idx = self._indices(row, col)
+        return idx[r] if r is not None else self.ix.index_map(out, idx, self._steps)[axis]
 
     def _needed(self, k: int, reds: list) -> list:
         """Full expressions stage k computes: those its reductions and full outputs need."""
@@ -574,8 +616,8 @@ class ReductionLowering:
         ptr = self.params.tensor(tv)
         v = Var("v")
         row, col = self._row_col(s, u, v)
-        off = self.ix.offset(tv, self._indices(row, col))
-        if self.V > 1 and tv in self.vector_tensors:
+        off = self._offset(tv, self._indices(row, col))
+        if self.V > 1 and tv in self.vector_tensors and self._lanes_walk(tv, row, col):
             mem = AddressOf(Element(ptr, _subst_v_expr(off, IntLit(0))))
             reg = AddressOf(Element(Var(self.regs[tv]), u * self.V))
             return [VecLoad(tv.dtype, self.V, reg, mem) if load else VecStore(tv.dtype, self.V, mem, reg)]
@@ -670,8 +712,8 @@ class ReductionLowering:
             if tv not in self.regs:
                 raise NotLowerable(f"output {tv!r} is not computed")
             ptr = self.params.tensor(tv)
-            body = self._lanes_reduced([Assign(Element(ptr, self.ix.offset(tv, idx)), self._reg(tv, IntLit(0), v))],
-                                       tv, ptr, idx, load=False)
+            body = self._lanes_reduced([Assign(Element(ptr, self._offset(tv, idx)), self._reg(tv, IntLit(0), v))],
+                                       tv, ptr, idx, load=False, row=row)
             row0 = _subst_v_expr(row, IntLit(0))
             cond = all_of([c for c in (writer, self._row_ok(row0)) if c is not None])
             self.body.append(If(cond, body))

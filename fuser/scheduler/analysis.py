@@ -11,7 +11,7 @@ their persistent buffers. The segmenter asks about thousands of candidate segmen
 """
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from typing import Iterable, NamedTuple, Sequence
 
 import numpy as np
 
@@ -219,6 +219,23 @@ class FusionAnalysis:
         return SubFusion(self, range(len(self.exprs)))
 
 
+#: a group of axes, outermost first
+Axes = tuple[IterDomain, ...]
+
+
+class IndexPlan(NamedTuple):
+    """How a reference tensor's axes reach the other axes of a sub-fusion through its
+    reshapes, as a kernel that indexes every tensor from the reference's indices needs."""
+
+    #: (from, to): the axes `to` take the row-major position of the axes `from` (reached by
+    #: then), each in its own extent; an empty `from`: `to` have extent 1 (index 0)
+    steps: tuple[tuple[Axes, Axes], ...]
+    #: the axis classes reached, the reference's included
+    known: frozenset[int]
+    #: why some axis cannot be indexed from the reference's (None: every axis can)
+    reason: str | None
+
+
 class Reduction:
     """One non-trivial reduction of a sub-fusion: its axes as classes of the sub-fusion's map."""
 
@@ -343,6 +360,178 @@ class SubFusion:
                 return tv
         return None
 
+    # --- reshapes ------------------------------------------------------------------------------
+    def _runtime_extent(self, i: IterDomain) -> int | None:
+        """`i`'s extent (expanded: as the user sees it): a constant, or (with runtime info)
+        this call's size; None: unknown."""
+        ext = i.user_extent
+        if ext.is_const:
+            return int(ext.value)
+        if self.a.info is None:
+            return None
+        try:
+            return self.a.info.evaluate(ext)
+        except Exception:  # noqa: BLE001 - an extent only an executed op knows
+            return None
+
+    def _reshape_relations(self) -> list[tuple[Axes, Axes]]:
+        """The relations of the sub-fusion's reshapes. A reshape keeps row-major order: an
+        element's position in its root axes equals its position in its logical ones. Where
+        the extents are known (constants, or this call's sizes) that splits into runs of
+        axes with equal element counts, each a relation of its own (a static reshape's
+        Splits and Merges are such runs); unknown extents leave one relation, less the
+        leading and trailing axes of the same extent, which pair one to one (cached)."""
+        got = self.memo.get("reshape_relations")
+        if got is not None:
+            return got
+        rels: list[tuple[Axes, Axes]] = []
+        for e in self.exprs:
+            if not isinstance(e, ReshapeOp):
+                continue
+            out = e.outputs[0]
+            # an expanded input axis counts in the positions (a static reshape made it a
+            # concrete root axis; a symbolic one kept it expanded)
+            src = [i for i in out.root if not i.is_broadcast or i.has_expanded_extent]
+            dst = [i for i in out.logical if not i.is_broadcast or i.has_expanded_extent]
+            runs = self._runs(src, dst)
+            if runs is not None:
+                rels.extend(runs)
+                continue
+            while src and dst and src[0].user_extent is dst[0].user_extent:
+                rels.append(((src.pop(0),), (dst.pop(0),)))
+            tail = []
+            while src and dst and src[-1].user_extent is dst[-1].user_extent:
+                tail.append(((src.pop(),), (dst.pop(),)))
+            if src or dst:
+                rels.append((tuple(src), tuple(dst)))
+            rels.extend(reversed(tail))
+        self.memo["reshape_relations"] = rels
+        return rels
+
+    def _runs(self, src: list[IterDomain], dst: list[IterDomain]) -> list[tuple[Axes, Axes]] | None:
+        """`src` and `dst` (of equal element counts, row-major) cut into the shortest runs
+        of equal element counts (axes of extent 1 join a neighbouring run); None where an
+        extent is unknown or zero."""
+        sa = [self._runtime_extent(i) for i in src]
+        sb = [self._runtime_extent(i) for i in dst]
+        if None in sa or None in sb or 0 in sa or 0 in sb:
+            return None
+        runs: list[tuple[list[IterDomain], list[IterDomain]]] = []
+        i = j = 0
+        while i < len(src) and j < len(dst):
+            a, b = [src[i]], [dst[j]]
+            pa, pb = sa[i], sb[j]
+            i, j = i + 1, j + 1
+            while pa != pb:
+                if pa < pb and i < len(src):
+                    a.append(src[i])
+                    pa *= sa[i]
+                    i += 1
+                elif pb < pa and j < len(dst):
+                    b.append(dst[j])
+                    pb *= sb[j]
+                    j += 1
+                else:
+                    return None
+            runs.append((a, b))
+        rest_a, rest_b = src[i:], dst[j:]
+        if any(n != 1 for n in sa[i:] + sb[j:]):
+            return None
+        if runs:  # trailing axes of extent 1
+            runs[-1][0].extend(rest_a)
+            runs[-1][1].extend(rest_b)
+        elif rest_a or rest_b:  # only axes of extent 1: index 0
+            runs.append((rest_a, rest_b))
+        return [(tuple(a), tuple(b)) for a, b in runs]
+
+    def index_plan(self, start: Iterable[int]) -> IndexPlan:
+        """How the axes of this sub-fusion's tensors are indexed from a reference whose axes
+        are the classes `start`, through its reshapes (cached). A relation gives the axes of
+        one side their position from the other once that side is reached and none of its
+        own axes is; a relation whose both sides are reached otherwise must be one already
+        used (a reshape and its inverse), since nothing shows that two ways of indexing an
+        axis agree. Without reshapes the plan has no steps."""
+        start = frozenset(start)
+        key = ("index_plan", start)
+        got = self.memo.get(key)
+        if got is not None:
+            return got
+        find, id_of = self.uf.find, self.a.id_of
+
+        def classes(axes: Axes) -> tuple[int, ...]:
+            return tuple(find(id_of(i)) for i in axes)
+
+        known = set(start)
+        steps: list[tuple[Axes, Axes]] = []
+        pending = [(a, b, classes(a), classes(b)) for a, b in self._reshape_relations()]
+        pending = [p for p in pending if p[2] != p[3]]
+        used: set[frozenset] = set()
+        progress = True
+        while progress:
+            progress = False
+            rest = []
+            for a, b, ca, cb in pending:
+                for src, dst, cs, cd in ((a, b, ca, cb), (b, a, cb, ca)):
+                    if all(c in known for c in cs) and not any(c in known for c in cd):
+                        steps.append((src, dst))
+                        known.update(cd)
+                        used.add(frozenset((ca, cb)))
+                        progress = True
+                        break
+                else:
+                    rest.append((a, b, ca, cb))
+            pending = rest
+        reason = None
+        for a, b, ca, cb in pending:
+            reached = [c in known for c in ca + cb]
+            if not any(reached):  # (unreached: the check below tells where a tensor has them)
+                continue
+            if not all(reached):
+                reason = "a reshape's axes are partly reached another way (their positions may disagree)"
+                break
+            if frozenset((ca, cb)) not in used:
+                reason = "a reshape relates axes that other ops relate too (their positions may disagree)"
+                break
+        if reason is None and not self.concrete_classes() <= known:
+            reason = "some axis is not reached from the reference's axes through the reshapes"
+        got = self.memo[key] = IndexPlan(tuple(steps), frozenset(known), reason)
+        return got
+
+    def reshape_closure(self, classes: Iterable[int]) -> frozenset[int]:
+        """`classes` closed over the reshapes' relations (cached): where every axis of one
+        side is in the set, the other side's are too (equal positions: an index that is a
+        function of those axes' indices alone)."""
+        classes = frozenset(classes)
+        key = ("reshape_closure", classes)
+        got = self.memo.get(key)
+        if got is not None:
+            return got
+        find, id_of = self.uf.find, self.a.id_of
+        rels = [(tuple(find(id_of(i)) for i in a), tuple(find(id_of(i)) for i in b))
+                for a, b in self._reshape_relations()]
+        closed = set(classes)
+        changed = True
+        while changed:
+            changed = False
+            for ca, cb in rels:
+                for cs, cd in ((ca, cb), (cb, ca)):
+                    if all(c in closed for c in cs) and not all(c in closed for c in cd):
+                        closed.update(cd)
+                        changed = True
+        got = self.memo[key] = frozenset(closed)
+        return got
+
+    def column_classes(self, r: "Reduction") -> frozenset[int]:
+        """The axis classes whose index depends on the columns of reduction `r` (the axes it
+        reduces): its reduced axes, and those reshapes relate to them (with or without kept
+        axes). A tensor with such an axis spans the reduced axes."""
+        if RESHAPE not in self.kinds:
+            return r.red_classes
+        plan = self.index_plan(self.classes_of(r.input))
+        if plan.reason is not None:
+            return r.red_classes
+        return frozenset(plan.known - self.reshape_closure(r.iter_classes))
+
     # --- reductions -----------------------------------------------------------------------------
     def reductions(self) -> list[Reduction]:
         if self._reductions is None:
@@ -409,7 +598,7 @@ class SubFusion:
                 continue
             classes = set(self.classes_of(tv))
             for n, r in enumerate(reds):
-                if m >> n & 1 and classes & r.red_classes:
+                if m >> n & 1 and classes & self.column_classes(r):
                     return True
         return False
 
@@ -439,7 +628,7 @@ class SubFusion:
                 continue
             classes = set(self.classes_of(tv))
             for n, r in enumerate(reds):
-                if hit >> n & 1 and classes & r.red_classes:
+                if hit >> n & 1 and classes & self.column_classes(r):
                     out.append((tv, r))
         return out
 
@@ -476,9 +665,11 @@ class SubFusion:
     def _row_bytes(self, tv: TensorView, r: Reduction) -> int:
         info = self.a.info
         find = self.uf.find
+        # (an axis a reshape derives from reduced and kept axes counts whole: an over-estimate)
+        cols = self.column_classes(r)
         n = 1
         for i in tv.logical_no_reductions():
-            if not i.is_broadcast and find(self.a.id_of(i)) in r.red_classes:
+            if not i.is_broadcast and find(self.a.id_of(i)) in cols:
                 n *= info.extent(i)
         return n * tv.dtype.itemsize
 

@@ -8,7 +8,7 @@ from fuser.ir import TensorView, WelfordOp
 from fuser.options import disabled
 
 from . import reduction
-from .analysis import SubFusion
+from .analysis import RESHAPE, SubFusion
 from .runtime_info import PERSISTENT_REGISTER_FRACTION
 
 
@@ -97,6 +97,9 @@ def inner_outer_reason(sub: SubFusion) -> str | None:
         return "an outer reduction's result is used along the rows it reduced"
     if _mixes_outer_groups(sub, outer):
         return "a tensor combines results of outer reductions over different axes"
+    if RESHAPE in sub.kinds and reduction.index_plan(sub).steps:
+        # the column phase indexes its tensors by the reference's axes only
+        return "a reshape derives axes the reference lacks (the inner-outer kernel indexes by the reference's axes)"
     # the generated kernel holds rows in registers only
     why = _fits(sub, shared_memory=False)
     if why is not None or sub.a.info is None:
@@ -242,8 +245,14 @@ def persistent_min_blocks(limits: DeviceLimits, threads: int, held_bytes: int) -
 
 
 def geo_red_classes(sub: SubFusion, geo: ReductionGeometry) -> set[int]:
-    """The axis classes of a geometry's columns."""
-    return {sub.uf.find(sub.a.id_of(i)) for i in geo.red_axes}
+    """The axis classes of a geometry's columns, and those reshapes derive from them (an
+    input reshaped into the reference spans its row through them)."""
+    cols = {sub.uf.find(sub.a.id_of(i)) for i in geo.red_axes}
+    if RESHAPE in sub.kinds:
+        for r in sub.reductions():
+            if r.input is geo.ref and r.red_classes == cols:
+                cols |= sub.column_classes(r)
+    return cols
 
 
 #: threads and rows per block of an inner-outer kernel (rows over threadIdx.y), at most:

@@ -2,7 +2,9 @@
 does not reuse the reduced axes."""
 from __future__ import annotations
 
-from .analysis import ATEN, REDUCTION, RESIZE, SubFusion
+from fuser.ir import ReshapeOp
+
+from .analysis import ATEN, REDUCTION, RESHAPE, RESIZE, IndexPlan, SubFusion
 
 
 def structure_reason(sub: SubFusion) -> str | None:
@@ -21,6 +23,38 @@ def structure_reason(sub: SubFusion) -> str | None:
         covered |= r.iter_classes | r.red_classes
     if not sub.concrete_classes() <= sub.covered_by(covered):
         return "some axis is neither iterated nor reduced by the reductions"
+    return reshape_reason(sub)
+
+
+def index_plan(sub: SubFusion) -> IndexPlan:
+    """How the reduction kernels index the segment's tensors from their reference (the first
+    reduction's input) through its reshapes."""
+    return sub.index_plan(sub.classes_of(sub.reductions()[0].input))
+
+
+def reshape_reason(sub: SubFusion) -> str | None:
+    """Why the reduction kernels cannot index this segment's reshapes (None: they can, or it
+    has none). Every tensor is indexed from the reference's indices: an axis of a reference
+    axis's class takes its index, the others theirs through the reshapes, which must reach
+    each axis one way only (`SubFusion.index_plan`); index ops read their lookup tensors
+    by the reference's axes only."""
+    if RESHAPE not in sub.kinds:
+        return None
+    plan = index_plan(sub)
+    if plan.reason is not None:
+        return plan.reason
+    if plan.steps and sub.has_indexing:
+        return "an index op beside a reshape that derives axes (index ops read by the reference's axes only)"
+    for r in sub.reductions():
+        if sub.reshape_closure(r.iter_classes) & r.red_classes:
+            return "a reshape relates a kept axis to a reduced one"
+        # the kernels hold a reshape's output and input at the same positions: both span
+        # the reduced axes (hold a tile of values) or neither does (a value per row)
+        cols = sub.column_classes(r)
+        for e in sub.exprs:
+            if isinstance(e, ReshapeOp) and (bool(cols.intersection(sub.classes_of(e.inputs[0])))
+                                             != bool(cols.intersection(sub.classes_of(e.outputs[0])))):
+                return "a reshape between a tensor spanning the reduced axes and one that does not"
     return None
 
 
@@ -85,6 +119,7 @@ def geometry(sub: SubFusion, r0=None, *, rows: bool = False) -> ReductionGeometr
     if r0 is None:
         r0 = sub.reductions()[0]
     ref = r0.input
+    red_classes = r0.red_classes
     find, id_of = sub.uf.find, sub.a.id_of
     # memory order: the allocation order of the fusion input spanning the most axes
     order: list[int] = []
@@ -92,15 +127,27 @@ def geometry(sub: SubFusion, r0=None, *, rows: bool = False) -> ReductionGeometr
     for tv in sub.inputs:
         if isinstance(tv, TensorView) and tv.is_fusion_input and (best is None or len(sub.classes_of(tv)) > len(sub.classes_of(best))):
             best = tv
+    if RESHAPE in sub.kinds and best is not None and best is not ref:
+        cols = _reshaped_columns(sub, r0, best)
+        if cols is not None:
+            # the input that the reduction's input is a reshape of, each of its axes kept or
+            # reduced alone: the kernel is laid out on it (its memory order, vector accesses
+            # along its innermost axis), and the reshape indexed from it
+            ref, red_classes = best, cols
+    ref_axes = [i for i in ref.logical_no_reductions() if not i.is_broadcast]
     if best is not None:
         order = [find(id_of(i)) for i in best.allocation if not i.is_broadcast and not i.is_reduction]
-    ref_axes = [i for i in ref.logical_no_reductions() if not i.is_broadcast]
+        if RESHAPE in sub.kinds and not {find(id_of(i)) for i in ref_axes} <= set(order):
+            # a reshape lies between the input and the reference: a reshape keeps row-major
+            # order, so the reference's logical order is the input's memory order (when
+            # that is row-major), which its own axes' order need not show
+            order = []
     rank = {c: k for k, c in enumerate(order)}
     # axes the input lacks keep the reference's order, after those it orders
     keyed = sorted(enumerate(ref_axes), key=lambda p: (rank.get(find(id_of(p[1])), len(order) + p[0])))
     axes = [i for _, i in keyed]
-    red = [i for i in axes if find(id_of(i)) in r0.red_classes]
-    it = [i for i in axes if find(id_of(i)) not in r0.red_classes]
+    red = [i for i in axes if find(id_of(i)) in red_classes]
+    it = [i for i in axes if find(id_of(i)) not in red_classes]
     inner = rows or (bool(axes) and axes[-1] in red)
     n_iter = 1
     for i in it:
@@ -109,6 +156,33 @@ def geometry(sub: SubFusion, r0=None, *, rows: bool = False) -> ReductionGeometr
     for i in red:
         n_red *= info.extent(i)
     return ReductionGeometry(ref, it, red, inner, n_iter, n_red)
+
+
+def _reshaped_columns(sub: SubFusion, r0, x: TensorView) -> frozenset[int] | None:
+    """The classes of input `x`'s axes that reduction `r0` reduces, where `x` can stand for
+    its input as the reduction kernels' reference (None where it cannot): each axis of `x`
+    is related through the reshapes to kept axes alone or to reduced axes alone, `x` spans
+    as many rows and columns as the reduction, and every axis is indexed from its own."""
+    rows = sub.reshape_closure(r0.iter_classes)
+    cols = sub.reshape_closure(r0.red_classes)
+    xc = sub.classes_of(x)
+    if len(set(xc)) != len(xc) or any((c in rows) == (c in cols) for c in xc):
+        return None
+    plan = sub.index_plan(xc)
+    if plan.reason is not None or (plan.steps and sub.has_indexing):
+        return None
+    info = sub.a.info
+
+    def count(tv: TensorView, classes) -> int:
+        n = 1
+        for i in tv.logical_no_reductions():
+            if not i.is_broadcast and sub.uf.find(sub.a.id_of(i)) in classes:
+                n *= info.extent(i)
+        return n
+
+    if count(x, rows) != count(r0.input, r0.iter_classes) or count(x, cols) != count(r0.input, r0.red_classes):
+        return None
+    return frozenset(c for c in xc if c in cols)
 
 
 @dataclass(frozen=True)
