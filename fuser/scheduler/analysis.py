@@ -102,6 +102,16 @@ def expr_kind(e: Expr) -> str:
     return POINTWISE
 
 
+def own_scheduler_reason(sub: "SubFusion") -> str | None:
+    """Why a kernel scheduler of general work leaves `sub` alone: it holds work that one
+    scheduler of its own computes (ATen-only ops: expr_eval's; a scatter: greedy's)."""
+    if ATEN in sub.kinds:
+        return "has an ATen-only op"
+    if SCATTER in sub.kinds:
+        return "has a scatter (the greedy scheduler's)"
+    return None
+
+
 def is_recomputable(e: Expr) -> bool:
     """Whether a consumer segment may recompute `e` rather than read its output: cheap,
     deterministic work (never RNG, reductions, or ATen-only ops)."""

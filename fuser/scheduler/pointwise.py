@@ -1,7 +1,7 @@
 """pointwise: elementwise work over one iteration space, which one output spans."""
 from __future__ import annotations
 
-from .analysis import ATEN, REDUCTION, RESIZE, FusionAnalysis, SubFusion
+from .analysis import REDUCTION, RESIZE, FusionAnalysis, SubFusion, own_scheduler_reason
 
 
 def structure_reason(sub: SubFusion) -> str | None:
@@ -14,8 +14,9 @@ def structure_reason(sub: SubFusion) -> str | None:
 def _structure_reason(sub: SubFusion) -> str | None:
     if REDUCTION in sub.kinds:
         return "has a reduction"
-    if ATEN in sub.kinds:
-        return "has an ATen-only op"
+    why = own_scheduler_reason(sub)
+    if why is not None:
+        return why
     if sub.lookup_produced_inside():
         return "an index op's lookup tensor is computed in the segment, not read from memory"
     if not sub.outputs:

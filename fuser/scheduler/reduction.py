@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fuser.ir import ReshapeOp
 
-from .analysis import ATEN, REDUCTION, RESHAPE, RESIZE, IndexPlan, SubFusion
+from .analysis import REDUCTION, RESHAPE, RESIZE, IndexPlan, SubFusion, own_scheduler_reason
 
 
 def structure_reason(sub: SubFusion) -> str | None:
@@ -12,8 +12,9 @@ def structure_reason(sub: SubFusion) -> str | None:
     work, and the reductions' axes cover the segment."""
     if REDUCTION not in sub.kinds:
         return "has no reduction"
-    if ATEN in sub.kinds:
-        return "has an ATen-only op"
+    why = own_scheduler_reason(sub)
+    if why is not None:
+        return why
     if RESIZE in sub.kinds:
         return "has slice, pad or cat"
     if sub.lookup_produced_inside():

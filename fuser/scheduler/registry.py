@@ -6,7 +6,7 @@ from typing import Callable
 from fuser.ir import Fusion
 
 from . import expr_eval, greedy, no_op, normalization, pointwise, reduction, resize, transpose
-from .analysis import SCATTER, FusionAnalysis, SubFusion
+from .analysis import FusionAnalysis, SubFusion
 from .runtime_info import SchedulerRuntimeInfo
 from .types import REGISTRY_ORDER, SchedulerType
 
@@ -24,34 +24,25 @@ _REASONS: dict[SchedulerType, Callable[[SubFusion], "str | None"]] = {
 }
 
 
-def _reason(st: SchedulerType, sub: SubFusion) -> str | None:
-    """`st`'s verdict on `sub`. A scatter is the greedy scheduler's alone: the others'
-    structure checks predate it and do not all know it (no_op would take one whose output
-    is empty, losing its index checks; reduction would take one beside a reduction)."""
-    if st is not SchedulerType.greedy and SCATTER in sub.kinds:
-        return "has a scatter (the greedy scheduler's)"
-    return _REASONS[st](sub)
-
-
 def reject_reason(sub: SubFusion, scheduler: SchedulerType | str) -> str | None:
     """Why `scheduler` cannot schedule `sub`, or None when it can."""
     st = SchedulerType(scheduler)
     if st is SchedulerType.none:
         raise ValueError("SchedulerType.none is for custom segmentation; it schedules nothing")
-    return _reason(st, sub)
+    return _REASONS[st](sub)
 
 
 def propose(sub: SubFusion) -> SchedulerType | None:
     """The first scheduler in registry order that accepts `sub`."""
     for st in REGISTRY_ORDER:
-        if _reason(st, sub) is None:
+        if _REASONS[st](sub) is None:
             return st
     return None
 
 
 def explain(sub: SubFusion) -> dict[SchedulerType, str | None]:
     """Every scheduler's verdict on `sub`: None for accept, else the reason it refuses."""
-    return {st: _reason(st, sub) for st in REGISTRY_ORDER}
+    return {st: _REASONS[st](sub) for st in REGISTRY_ORDER}
 
 
 def _whole(fusion: Fusion, runtime_info: SchedulerRuntimeInfo | None) -> SubFusion:
