@@ -21,6 +21,7 @@ undefined too).
 """
 from __future__ import annotations
 
+import functools
 from typing import Callable
 
 from fuser.ir import BroadcastOp, DataType, Fusion, Scalar, ScatterOp, SqueezeOp, TensorView, Val
@@ -29,6 +30,7 @@ from fuser.ir.exprs import BinaryOpType
 from fuser.scheduler.greedy import ScatterParams, copy_inputs, producer_reason
 
 from .errors import NotLowerable
+from .index import add, mul
 from .kir import (
     AddressOf,
     Assign,
@@ -61,23 +63,6 @@ from .values import scalar, tensor_value
 _GRID_HEADER = "fuser_reduction.cuh"
 _INDEX_DTYPES = (DataType.Int, DataType.Int32)
 _LANE = Var("v")
-
-
-def _mul(a: Expr, b: Expr) -> Expr:
-    if isinstance(a, IntLit) and isinstance(b, IntLit):
-        return IntLit(a.value * b.value)
-    if isinstance(a, IntLit) and a.value == 1:
-        return b
-    if isinstance(b, IntLit) and b.value == 1:
-        return a
-    return a * b
-
-
-def _sum(terms: list[Expr]) -> Expr:
-    out = terms[0] if terms else IntLit(0)
-    for t in terms[1:]:
-        out = out + t
-    return out
 
 
 class ScatterLowering:
@@ -172,7 +157,7 @@ class ScatterLowering:
     def _numel(self, tv: TensorView) -> Expr:
         n: Expr = IntLit(1)
         for i in tv.logical_no_reductions():
-            n = _mul(n, self._extent(i.user_extent))
+            n = mul(n, self._extent(i.user_extent))
         return n
 
     def _offset(self, tv: TensorView, pos: tuple[Expr, ...], replace: dict[int, Expr] | None = None) -> Expr:
@@ -184,8 +169,8 @@ class ScatterLowering:
             at = replace[k] if replace and k in replace else pos[k]
             if isinstance(at, IntLit) and at.value == 0:
                 continue
-            terms.append(_mul(at, self.table.stride(tv, k)))
-        return _sum(terms)
+            terms.append(mul(at, self.table.stride(tv, k)))
+        return functools.reduce(add, terms, IntLit(0))
 
     # --- phase 1 -------------------------------------------------------------------------------
     def _copy(self) -> list[Stmt]:
@@ -197,7 +182,7 @@ class ScatterLowering:
 
             def vec_body(i: Expr) -> list[Stmt]:
                 stmts: list[Stmt] = []
-                at = _mul(i, IntLit(w))
+                at = mul(i, IntLit(w))
                 regs: dict[TensorView, Var] = {}
                 for tv in copy_inputs(self.e) or ():
                     reg = regs[tv] = Var(self._fresh(f"r{tv.name}"))
