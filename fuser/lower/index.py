@@ -269,6 +269,14 @@ class TensorIndexer:
             amap[i] = idx[r]
         return amap
 
+    def _direct_index(self, i: IterDomain, idx: Indices) -> Expr | None:
+        """Axis `i`'s index without going through resizes or reshapes: 0 for a broadcast,
+        the reference axis's of its class; None where it has neither."""
+        if i.is_broadcast:
+            return IntLit(0)
+        r = self.ref_axis(i)
+        return idx[r] if r is not None else None
+
     def output_map(self, out: TensorView, idx: Indices) -> tuple[Map, list[Expr]]:
         """The indices output `out` is written at in the reference's loop nest, and the
         conditions under which this thread writes it (an output that the reference's
@@ -278,12 +286,9 @@ class TensorIndexer:
         amap: Map = {}
         conds: list[Expr] = []
         for i in out.logical_no_reductions():
-            if i.is_broadcast:
-                amap[i] = IntLit(0)
-                continue
-            r = self.ref_axis(i)
-            if r is not None:
-                amap[i] = idx[r]
+            direct = self._direct_index(i, idx)
+            if direct is not None:
+                amap[i] = direct
                 continue
             got = self._closure_of(idx).get(self._classes.find(i))
             if got is None:
@@ -366,12 +371,9 @@ class TensorIndexer:
         amap: Map = {}
         derived = None
         for i in tv.logical_no_reductions():
-            if i.is_broadcast:
-                amap[i] = IntLit(0)
-                continue
-            r = self.ref_axis(i)
-            if r is not None:
-                amap[i] = idx[r]
+            direct = self._direct_index(i, idx)
+            if direct is not None:
+                amap[i] = direct
                 continue
             if derived is None:
                 derived = self._derived(steps, idx)
