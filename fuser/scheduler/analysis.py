@@ -139,6 +139,21 @@ def _permissive_pairs(e: Expr) -> list[tuple[IterDomain, IterDomain]]:
     return pairs
 
 
+def _closed(classes: Iterable[int], relations: list[tuple[tuple[int, ...], tuple[int, ...]]]) -> set[int]:
+    """`classes` closed over `relations` (pairs of class tuples): where every class of one
+    side is in the set, the other side's are added."""
+    closed = set(classes)
+    changed = bool(relations)
+    while changed:
+        changed = False
+        for a, b in relations:
+            for src, dst in ((a, b), (b, a)):
+                if all(c in closed for c in src) and not all(c in closed for c in dst):
+                    closed.update(dst)
+                    changed = True
+    return closed
+
+
 class FusionAnalysis:
     """Integer-indexed view of one fusion for scheduler checks on its sub-fusions."""
 
@@ -347,21 +362,10 @@ class SubFusion:
     def covered_by(self, classes: Iterable[int]) -> set[int]:
         """`classes` closed over the reshapes and resizes in the sub-fusion: an axis split or
         merged from covered axes is covered, and so are the axes of a covered split/merge."""
-        covered = set(classes)
         find = self.uf.find
         ts = [(tuple(find(i) for i in ins), tuple(find(o) for o in outs))
               for k in self.expr_ids for ins, outs in self.a.transforms[k]]
-        changed = bool(ts)
-        while changed:
-            changed = False
-            for ins, outs in ts:
-                if all(o in covered for o in outs) and not all(i in covered for i in ins):
-                    covered.update(ins)
-                    changed = True
-                if all(i in covered for i in ins) and not all(o in covered for o in outs):
-                    covered.update(outs)
-                    changed = True
-        return covered
+        return _closed(classes, ts)
 
     def reference(self, candidates: Sequence[TensorView], need: set[int]) -> TensorView | None:
         """The first of `candidates` whose axes (closed over reshapes) cover `need`."""
@@ -519,16 +523,7 @@ class SubFusion:
         find, id_of = self.uf.find, self.a.id_of
         rels = [(tuple(find(id_of(i)) for i in a), tuple(find(id_of(i)) for i in b))
                 for a, b in self._reshape_relations()]
-        closed = set(classes)
-        changed = True
-        while changed:
-            changed = False
-            for ca, cb in rels:
-                for cs, cd in ((ca, cb), (cb, ca)):
-                    if all(c in closed for c in cs) and not all(c in closed for c in cd):
-                        closed.update(cd)
-                        changed = True
-        got = self.memo[key] = frozenset(closed)
+        got = self.memo[key] = frozenset(_closed(classes, rels))
         return got
 
     def column_classes(self, r: "Reduction") -> frozenset[int]:
