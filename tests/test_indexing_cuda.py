@@ -10,7 +10,7 @@ from fuser import DataType, FusionDefinition
 from fuser.runtime.reference import run_reference
 from fuser.runtime.tolerance import assert_close
 
-from indexing_cases import CASES, indices, rand
+from indexing_cases import CASES, indices, on_cpu as _cpu, rand
 
 pytestmark = pytest.mark.gpu
 
@@ -18,17 +18,6 @@ pytestmark = pytest.mark.gpu
 @pytest.fixture(autouse=True)
 def poisoned_outputs(poisoned_kernel_outputs):
     """Every kernel output poisoned before the launch (conftest)."""
-
-
-def _cpu_copy(x: torch.Tensor) -> torch.Tensor:
-    """x on the CPU with its layout: its storage copied and viewed with x's strides (a
-    plain .cpu() materialises expanded axes, which the definition says are stride 0)."""
-    storage = x.as_strided((x.untyped_storage().nbytes() // x.element_size(),), (1,), 0).cpu()
-    return storage.as_strided(x.shape, x.stride(), x.storage_offset())
-
-
-def _cpu(xs):
-    return [_cpu_copy(x) if isinstance(x, torch.Tensor) else x for x in xs]
 
 
 def _check(fd, inputs, got, what):

@@ -12,7 +12,7 @@ from fuser.cli.bench import fuser_segments
 from fuser.runtime.index_check import IndexOutOfRangeError
 from fuser.runtime.reference import run_reference
 
-from indexing_cases import rand
+from indexing_cases import on_cpu as _cpu, rand
 from scatter_cases import CASES, any_index, unique_index
 
 pytestmark = pytest.mark.gpu
@@ -21,16 +21,6 @@ pytestmark = pytest.mark.gpu
 @pytest.fixture(autouse=True)
 def poisoned_outputs(poisoned_kernel_outputs):
     """Every kernel output poisoned before the launch (conftest)."""
-
-
-def _cpu_copy(x: torch.Tensor) -> torch.Tensor:
-    """x on the CPU with its layout (a plain .cpu() materialises expanded axes)."""
-    storage = x.as_strided((x.untyped_storage().nbytes() // x.element_size(),), (1,), 0).cpu()
-    return storage.as_strided(x.shape, x.stride(), x.storage_offset())
-
-
-def _cpu(xs):
-    return [_cpu_copy(x) if isinstance(x, torch.Tensor) else x for x in xs]
 
 
 def _check(fd, inputs, got, what):
