@@ -8,6 +8,8 @@ own code (their combination order is the simulator's: results match up to float 
 """
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from fuser.ir import ParallelType
@@ -107,6 +109,11 @@ class Simulator(tcr.Simulator):
         return self.block * self.dim[other] + self.index[other]
 
     def _block_allreduce(self, s: kir.BlockAllReduce, mask: torch.Tensor) -> None:
+        if s.tile:  # a register array, element by element
+            for lane in range(s.tile):
+                at = kir.Element(s.value, kir.IntLit(lane))
+                self._block_allreduce(dataclasses.replace(s, out=at, value=at, tile=0), mask)
+            return
         if not bool(mask.all()):
             # every thread of a block runs it (it synchronises)
             blocks = self.block[mask].unique()
@@ -124,7 +131,10 @@ class Simulator(tcr.Simulator):
         bx, by = self.index[ParallelType.BIDx], self.index[ParallelType.BIDy]
         gy = self.dim[ParallelType.BIDy]
         writer = torch.as_tensor(self.value(s.writer, mask)).to(torch.bool).expand(self.n) & mask
-        for it in s.items:
+        items = [it if it.lanes == 1 else dataclasses.replace(it, acc=kir.Element(it.acc, kir.IntLit(k)),
+                                                               slot=it.slot + k, lanes=1)
+                 for it in s.items for k in range(it.lanes)]
+        for it in items:
             slot = torch.as_tensor(self.value(it.slot, mask)).expand(self.n)
             keys = bx * s.slots + slot
             # the writers' partials, one per (block, slot), combined over the grid column

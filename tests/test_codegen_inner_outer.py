@@ -153,23 +153,27 @@ def test_load_caps_the_grid_to_resident_blocks_and_sizes_the_partials(monkeypatc
     assert all(fixed == 0 for _, _, fixed in k._work)
     k.load()
     sms = k.info.device_limits.sm_count
-    # 16384 row groups over at most 3 * sms blocks, balanced so every block runs as many rounds
-    rounds = -(-16384 // (3 * sms))
-    assert k.grid == (-(-16384 // rounds), 1, 1)
+    # the groups of rows over at most 3 * sms blocks, balanced so every block runs as many rounds
+    groups = -(-16384 // k.params.bdy)
+    rounds = -(-groups // (3 * sms))
+    assert k.grid == (-(-groups // rounds), 1, 1)
     # one row of 4096 float partials per block
     assert per_block == {p: 4096 * 4 for p in per_block}
     assert dict(k._work) == {p: k.grid[0] * 4096 * 4 for p in per_block}
 
 
 def test_narrow_rows_with_two_reductions_are_staged_through_shared_memory():
-    # LayerNorm backward bf16: the next group of rows is copied (cp.async) into the other
-    # of two shared stages while the current one is reduced; a thread reads back its own
-    src = _code("layer", 16384, 4096, torch.bfloat16)
+    # LayerNorm backward bf16 (rows of 1024: 256 threads' stages fit): the next group of
+    # rows is copied (cp.async) into the other of two shared stages while the current one
+    # is reduced; a thread reads back its own
+    src = _code("layer", 16384, 1024, torch.bfloat16)
     assert src.count("fuser::cp_async<16>(&stage_r0[") == 2  # before the loop, and ahead in it
     assert "fuser::load_vec<__bfloat, 8>(&r0[u * 8], &stage_r0[((it % 2) * " in src
     assert src.index("fuser::cp_async_wait<0>();") < src.index("&stage_r0[((it % 2)")
     loop_end = src.index("fuser::grid_sync")
     assert src.rindex("fuser::cp_async_wait<0>();", 0, loop_end) > src.index("((it + 1) % 2)")
-    # RMSNorm backward (one reduction per row) and fp32 rows are not
-    assert "cp_async" not in _code("rms", 16384, 4096, torch.bfloat16)
-    assert "cp_async" not in _code("layer", 16384, 4096, torch.float32)
+    # RMSNorm backward (one reduction per row), fp32 rows, and rows whose stages would
+    # not fit (512 threads of 4 vectors each: rows of 4096) are not
+    assert "cp_async" not in _code("rms", 16384, 1024, torch.bfloat16)
+    assert "cp_async" not in _code("layer", 16384, 1024, torch.float32)
+    assert "cp_async" not in _code("layer", 16384, 4096, torch.bfloat16)

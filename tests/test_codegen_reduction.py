@@ -112,7 +112,26 @@ def test_one_long_row_is_a_grid_reduction():
 
 def test_outer_sum_reduces_over_threadIdx_y():
     src, _ = _code(_sum([0]), [_meta((16384, 8192))])
-    assert "block_allreduce_y" in src and "fuser::load_vec<float, 4>" in src
+    # a thread's 4 columns (its vector's lanes) combine over the block in one call
+    assert src.count("fuser::block_allreduce_tile_y(acc") == 1 and "fuser::load_vec<float, 4>" in src
+    assert "block_allreduce_y(" not in src
+
+
+def test_outer_grid_reduction_combines_a_thread_s_lanes_together():
+    src, _ = _code(_sum([0]), [_meta((16384, 1024))])
+    assert src.count("fuser::grid_write_tile(acc") == 1 and src.count("fuser::grid_finish_tile_y(acc") == 1
+    assert "grid_finish<" not in src
+
+
+def test_var_mean_holds_short_rows_and_combines_welford_over_long_ones():
+    # rows of 4096: held in registers, the mean then the squared deviations from it as two
+    # float block reductions; rows of 16384: Welford triples over a serial loop
+    src, _ = _code(_var_mean([1]), [_meta((16384, 4096), torch.bfloat16)])
+    assert src.count("block_allreduce_x") == 2 and "WelfordOp()" not in src
+    assert "for (nvfuser_index_t s = 0" not in src
+    src, _ = _code(_var_mean([1]), [_meta((2048, 16384), torch.bfloat16)])
+    assert src.count("block_allreduce_x") == 1 and "fuser::WelfordOp()" in src
+    assert "for (nvfuser_index_t s = 0" in src
 
 
 def test_softmax_is_one_persistent_kernel():

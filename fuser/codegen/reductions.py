@@ -33,13 +33,17 @@ def welford_merge(s: WelfordMerge) -> list[str]:
 def block_allreduce(s: BlockAllReduce) -> list[str]:
     which = {ParallelType.TIDx: "x", ParallelType.TIDy: "y"}[s.over]
     free = "" if s.free_after else "<false>"
+    if s.tile:
+        if s.over != ParallelType.TIDy or s.out != s.value:
+            raise ValueError("a tile block reduction combines a register array in place over threadIdx.y")
+        return [f"fuser::block_allreduce_tile_y{free}({expr(s.value)}, {combine(s.op, s.dtype)}, {expr(s.smem)});"]
     return [f"{expr(s.out)} = fuser::block_allreduce_{which}{free}({expr(s.value)}, {combine(s.op, s.dtype)}, "
             f"{expr(s.smem)});"]
 
 
 def grid_reduce(s: GridReduce) -> list[str]:
-    lines = [f"fuser::grid_write({expr(i.acc)}, {expr(i.work)}, {expr(i.slot)}, {s.slots}, {expr(s.writer)});"
-             for i in s.items]
+    lines = [f"fuser::grid_write{'_tile' if i.lanes > 1 else ''}({expr(i.acc)}, {expr(i.work)}, {expr(i.slot)}, "
+             f"{s.slots}, {expr(s.writer)});" for i in s.items]
     if s.all_blocks:
         lines.append(f"fuser::grid_sync({expr(s.semaphore)});")
     else:
@@ -47,6 +51,12 @@ def grid_reduce(s: GridReduce) -> list[str]:
     over = "true" if s.over_x else "false"
     for i in s.items:
         init = f"{welford_ctype(i.dtype)}{{}}" if i.op is None else expr(i.init)
+        if i.lanes > 1:
+            if s.over_x:
+                raise ValueError("a tile grid reduction combines columns (over gridDim.y and threadIdx.y)")
+            lines.append(f"fuser::grid_finish_tile_y({expr(i.acc)}, {combine(i.op, i.dtype)}, {init}, {expr(i.work)}, "
+                         f"{expr(i.slot)}, {s.slots}, {expr(i.smem)});")
+            continue
         lines.append(f"{expr(i.acc)} = fuser::grid_finish<{over}>({combine(i.op, i.dtype)}, {init}, {expr(i.work)}, "
                      f"{expr(i.slot)}, {s.slots}, {expr(i.smem)});")
     return lines

@@ -423,7 +423,10 @@ class BlockAllReduce:
     threads of a row; TIDy: of a column), every one of them getting the result. `op`: the
     Fusion IR's combining op on `dtype` values, or None to combine Welford accumulators.
     `smem`: a shared array of blockDim.x * blockDim.y values. Every thread of the block runs
-    it (it synchronises). Prints `out = fuser::block_allreduce_x(value, op, smem);`."""
+    it (it synchronises). Prints `out = fuser::block_allreduce_x(value, op, smem);`.
+    With `tile` > 0 (over TIDy only), `value` is a register array of `tile` values combined
+    element by element in place (`out` is `value`; `smem` holds `tile` times as many):
+    `fuser::block_allreduce_tile_y(value, op, smem);`."""
 
     out: Expr
     value: Expr
@@ -435,13 +438,16 @@ class BlockAllReduce:
     #: reduction uses another buffer (its own barrier then orders this one's reads before
     #: any later write here)
     free_after: bool = True
+    tile: int = 0
 
 
 @dataclass
 class GridItem:
     """One value a GridReduce combines across blocks: the accumulator `acc` (already
     combined over the block), its op (None: Welford) and identity `init`, its global work
-    buffer (a "work" Param), shared scratch and the block's output slot it holds."""
+    buffer (a "work" Param), shared scratch and the block's output slot it holds. With
+    `lanes` > 1, `acc` is a register array whose values hold slots `slot` .. `slot + lanes
+    - 1` (a column reduction's vector lanes), combined together."""
 
     acc: Expr
     op: BinaryOpType | None
@@ -450,6 +456,7 @@ class GridItem:
     work: Expr
     smem: Expr
     slot: Expr
+    lanes: int = 1
 
 
 @dataclass

@@ -85,6 +85,11 @@ _COSTLY_UNARY = frozenset({
 })
 
 
+#: the most shared memory a column reduction's tile of lanes may take to be combined over
+#: the block at once (see ReductionLowering._tiled); a persistent kernel takes two
+TILE_SMEM_BYTES = 16 * 1024
+
+
 def _costly(e) -> bool:
     if isinstance(e, UnaryOp):
         return e.op_type in _COSTLY_UNARY
@@ -636,9 +641,13 @@ class ReductionLowering:
             welford = isinstance(e, WelfordOp)
             if name in self._combined:
                 continue
+            op = None if welford else e.op_type
+            if self._tiled(acc_dt, welford):
+                self.body.append(self._block_allreduce(Var(name), op, acc_dt, welford, over, tile=self.reduced_tile))
+                continue
             for lane in lanes:
                 acc = Element(Var(name), IntLit(lane)) if self.reduced_tile > 1 else Var(name)
-                self.body.append(self._block_allreduce(acc, None if welford else e.op_type, acc_dt, welford, over))
+                self.body.append(self._block_allreduce(acc, op, acc_dt, welford, over))
         if p.grid_y > 1 and accs:
             if not p.persistent:  # the last block to arrive learns it through `flag`
                 self._decl("flag", DataType.Int32, None, space=kir.MemoryType.Shared)
@@ -647,6 +656,11 @@ class ReductionLowering:
                 welford = isinstance(e, WelfordOp)
                 work = self.params.work(f"w{e.outputs[0].name}", acc_dt, welford, self._slots())
                 init = None if welford else Cast(scalar_value(e.init, self.params), e.init.dtype, acc_dt)
+                if self._tiled(acc_dt, welford):
+                    smem = Var(self._shared(acc_dt, welford, tile=self.reduced_tile))
+                    items.append(GridItem(Var(name), None if welford else e.op_type, acc_dt, init, work, smem,
+                                          _tid(ParallelType.TIDx) * self.V, lanes=self.reduced_tile))
+                    continue
                 for lane in lanes:
                     acc = Element(Var(name), IntLit(lane)) if self.reduced_tile > 1 else Var(name)
                     slot = _tid(ParallelType.TIDy) if p.inner else _tid(ParallelType.TIDx) * self.V + lane
@@ -672,29 +686,40 @@ class ReductionLowering:
                     acc = Element(Var(name), IntLit(lane)) if self.reduced_tile > 1 else Var(name)
                     self.body.append(Assign(self._reg(out, IntLit(0), IntLit(lane)), Cast(acc, acc_dt, out.dtype)))
 
-    def _block_allreduce(self, acc, op, dtype: DataType, welford: bool, over=ParallelType.TIDx) -> BlockAllReduce:
-        """`acc` combined over the block in place. Persistent kernels alternate between two
-        scratch buffers per type and skip the barrier that frees one after use (one barrier
-        per reduction instead of two)."""
-        smem = self._shared(dtype, welford)
+    def _block_allreduce(self, acc, op, dtype: DataType, welford: bool, over=ParallelType.TIDx,
+                         tile: int = 0) -> BlockAllReduce:
+        """`acc` combined over the block in place (with `tile`: the register array `acc`,
+        element by element). Persistent kernels alternate between two scratch buffers per
+        type and skip the barrier that frees one after use (one barrier per reduction
+        instead of two)."""
+        smem = self._shared(dtype, welford, tile=tile)
         if not self.p.persistent:
-            return BlockAllReduce(acc, acc, op, dtype, Var(smem), over)
+            return BlockAllReduce(acc, acc, op, dtype, Var(smem), over, tile=tile)
         turn = self._smem_turn.get(smem, 0)
         self._smem_turn[smem] = 1 - turn
         if turn:
-            smem = self._shared(dtype, welford, "_b")
-        return BlockAllReduce(acc, acc, op, dtype, Var(smem), over, free_after=False)
+            smem = self._shared(dtype, welford, "_b", tile=tile)
+        return BlockAllReduce(acc, acc, op, dtype, Var(smem), over, free_after=False, tile=tile)
+
+    def _tiled(self, dtype: DataType, welford: bool) -> bool:
+        """A column reduction's vector lanes are combined over the block together (one
+        pass through shared memory for the whole tile) where their scratch fits
+        TILE_SMEM_BYTES, else one lane at a time."""
+        if self.p.inner or self.reduced_tile == 1 or self.p.bdy == 1:
+            return False
+        size = -(-(2 * dtype.itemsize + 8) // 8) * 8 if welford else dtype.itemsize  # (Welford<T>: avg, m2, n)
+        return self.reduced_tile * self.p.bdx * self.p.bdy * size <= TILE_SMEM_BYTES
 
     def _slots(self) -> int:
         return self.p.bdy if self.p.inner else self.p.bdx * self.V
 
-    def _shared(self, dtype: DataType, welford: bool, suffix: str = "") -> str:
-        key = f"{'w' if welford else ''}{dtype.name}{suffix}"
+    def _shared(self, dtype: DataType, welford: bool, suffix: str = "", tile: int = 0) -> str:
+        key = f"{'w' if welford else ''}{dtype.name}{suffix}{'_t' if tile else ''}"
         got = self._smem.get(key)
         if got is None:
             got = self._smem[key] = f"smem_{key}"
             n = self.p.bdy * (self.p.bdx if not self.p.inner else max(1, self.p.bdx // 32))
-            n = max(n, self.p.bdx * self.p.bdy)
+            n = max(n, self.p.bdx * self.p.bdy) * max(1, tile)
             self._decl(got, dtype, n, space=kir.MemoryType.Shared, welford=welford)
         return got
 

@@ -261,6 +261,10 @@ def geo_red_classes(sub: SubFusion, geo: ReductionGeometry) -> set[int]:
 #: 64 x 4 threads ran at 74% against 60% with 64 x 8 and 67% with 64 x 2
 INNER_OUTER_BLOCK_THREADS = 512
 INNER_OUTER_BLOCK_ROWS = 4
+#: vectors of each row input a thread of an inner-outer kernel holds, over 2-byte values:
+#: RMSNorm backward bf16 [16384, 4096] 89.2% of copy with 128 x 4 threads of 4 vectors,
+#: against 83.9% with 256 x 2 of 2 (LayerNorm backward 72% either way)
+INNER_OUTER_VECTORS = 4
 #: ... and half as many threads with more than two outer reductions: their column tiles
 #: take registers enough that one 512-thread block fills an SM, leaving its barriers
 #: unhidden (seed 001, four outer reductions, rows of 1024: 128 x 2 threads 220 us
@@ -314,6 +318,13 @@ def inner_outer_heuristics(sub: SubFusion, geo: ReductionGeometry, vectorize: in
 
     n_outer = sum(1 for r in sub.reductions() if not r.is_inner)
     p = inner_persistent_heuristics(sub, geo, vectorize, extra_held=4 * n_outer)
+    if n_outer <= 2 and vectorize * 4 > reduction.VECTOR_BYTES:
+        # rows of 2-byte values: INNER_OUTER_VECTORS vectors of each input a thread, so
+        # that one or two blocks per SM keep enough loads in flight; two warps a row at
+        # least (rows of 1024: see INNER_OUTER_BLOCK_THREADS)
+        vecs = -(-geo.n_red // vectorize)
+        bdx = max(min(64, _pow2_ceil(vecs)), min(1024, _pow2_ceil(-(-vecs // INNER_OUTER_VECTORS))))
+        p = dataclasses.replace(p, bdx=bdx, unroll=max(1, -(-vecs // bdx)))
     threads = INNER_OUTER_BLOCK_THREADS if n_outer <= 2 else INNER_OUTER_BLOCK_THREADS // 2
     bdy = max(1, min(threads // p.bdx, INNER_OUTER_BLOCK_ROWS, _pow2_ceil(geo.n_iter)))
     for seg, _ in row_segments(sub, geo).values():

@@ -77,7 +77,7 @@ def reject_reason(sub: SubFusion) -> str | None:
 
 from dataclasses import dataclass  # noqa: E402
 
-from fuser.ir import Fusion, IterDomain, TensorView  # noqa: E402
+from fuser.ir import Fusion, IterDomain, TensorView, WelfordOp  # noqa: E402
 
 #: bytes one vector access moves (LDG.128)
 VECTOR_BYTES = 16
@@ -87,6 +87,15 @@ BLOCK_THREADS = 256
 MAX_BDX = 512
 #: vector loads each thread issues per step of a reduction's serial loop
 UNROLL = 4
+#: ... at most, for inner reductions (sums: a row in one step; Welford: over 2-byte inputs)
+WELFORD_UNROLL = 8
+#: threads a Welford inner reduction's block aims for
+WELFORD_BLOCK_THREADS = 128
+#: longest row a Welford inner reduction holds in registers (two passes over it instead of
+#: Welford's combination), HELD_ELEMENTS of it per thread (rows of 16384 measured no
+#: faster held; bf16 [8192, 8192]: 32 elements a thread 94.9% of copy, 64 90.8%)
+WELFORD_PERSISTENT_MAX = 8192
+HELD_ELEMENTS = 32
 
 
 @dataclass
@@ -257,20 +266,56 @@ def vector_width(sub: SubFusion, geo: ReductionGeometry, vectorized: list[Tensor
 OUTER_BLOCKS_PER_SM = 3
 
 
+def _spread(rows: int, sms: int, bdy: int) -> tuple[int, bool]:
+    """Rows per block of an inner reduction, halved (down to 2) while the rows are too few
+    to give every SM a block; and whether they still are (the caller then shortens each
+    thread's serial chain over more threads: [128, 1000] took 2.3-2.4 us against 2.6)."""
+    while bdy > 2 and -(-rows // bdy) < sms:
+        bdy //= 2
+    return bdy, -(-rows // bdy) < sms
+
+
 def heuristics(sub: SubFusion, geo: ReductionGeometry, vectorize: int) -> ReductionParams:
-    """Block shape, unroll and grid split of a (non-persistent) reduction kernel."""
+    """Block shape, unroll and grid split of a reduction kernel (a Welford inner reduction
+    over short rows holds them: persistent params)."""
     info = sub.a.info
     sms = info.device_limits.sm_count
     rows, cols = geo.n_iter, geo.n_red
     if geo.inner:
         vecs = -(-cols // vectorize)
-        # each thread keeps UNROLL vector loads in flight per step where the row is long
-        # enough; the threads of a row cover the rest
-        # (measured on an H100: two steps per row beat one, e.g. var_mean fp32 [16384, 4096]
-        # 99% of copy with 128 threads per row against 88% with 256)
-        bdx = max(min(32, _pow2_ceil(vecs)), min(MAX_BDX, _pow2_ceil(-(-vecs // (2 * UNROLL)))))
-        bdy = max(1, min(BLOCK_THREADS // bdx, _pow2_ceil(rows)))
-        unroll = max(1, min(UNROLL, _pow2_floor(max(1, vecs // bdx))))
+        welford = any(isinstance(r.expr, WelfordOp) for r in sub.reductions())
+        if welford and cols <= WELFORD_PERSISTENT_MAX:
+            # the row in registers, HELD_ELEMENTS a thread: its mean, then the squared
+            # deviations from it, as two float block reductions (no Welford triples to
+            # combine); H100, var_mean fp32 [16384, 4096] 101.0% of copy against 99.6% at
+            # best with Welford, bf16 [16384, 1024] 106.6% against 80.4%
+            per = max(1, HELD_ELEMENTS // vectorize)  # vectors a thread holds
+            bdx = max(32, min(256, _pow2_ceil(-(-vecs // per))))
+            unroll = -(-vecs // bdx)
+            bdy, few = _spread(rows, sms, max(1, min(BLOCK_THREADS // bdx, _pow2_ceil(rows))))
+            if few and unroll > UNROLL and bdx < 256:
+                bdx = bdx * 2
+                unroll = -(-vecs // bdx)
+            return ReductionParams(True, True, vectorize, bdx, bdy, unroll, 1, info.index_type)
+        if welford:
+            # combining Welford triples across threads costs far more than float sums:
+            # narrow rows of threads (a vector step of 256 elements) with more serial steps
+            # (H100, var_mean: bf16 [8192, 8192] 90.6% of copy with 32 x 4 threads and 8
+            # vectors a step, against 80.5% with 128 x 2 and 4; fp32 [2048, 16384] 92.1%
+            # with 64 x 4 against 82.4% with 512 x 1)
+            unroll_max = WELFORD_UNROLL if vectorize * 4 > VECTOR_BYTES else UNROLL
+            bdx = max(32, min(_pow2_ceil(-(-vecs // unroll_max)), max(32, 256 // vectorize)))
+            threads = WELFORD_BLOCK_THREADS
+        else:
+            # a row in one step where it fits (every load in flight at once; sum fp32
+            # [16384, 4096] 101.8% of copy in one step against 100.5% in two)
+            unroll_max = WELFORD_UNROLL
+            bdx = max(32, min(MAX_BDX, _pow2_ceil(-(-vecs // unroll_max))))
+            threads = BLOCK_THREADS
+        unroll = max(1, min(unroll_max, _pow2_ceil(-(-vecs // bdx))))
+        bdy, few = _spread(rows, sms, max(1, min(threads // bdx, _pow2_ceil(rows))))
+        if few and unroll > UNROLL and bdx < MAX_BDX:
+            bdx, unroll = bdx * 2, unroll // 2
         blocks = -(-rows // bdy)
         steps = -(-vecs // (bdx * unroll))
         grid_y = 1

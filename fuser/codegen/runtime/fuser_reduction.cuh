@@ -160,6 +160,48 @@ FUSER_DEVICE T block_allreduce_y(T v, Op op, T* smem) {
   return r;
 }
 
+// Allreduce each element of a register tile over the threads of each column (same
+// threadIdx.x): every thread gets its column's N totals. `smem` holds N * blockDim.x *
+// blockDim.y values. The whole tile goes through shared memory at once: three barriers
+// (four with Free) whatever N, where one element at a time takes 2 + log2(blockDim.y)
+// each. Each (element, column) pair is combined over the rows in a fixed order (runs of
+// rows by several threads when the pairs are fewer than the threads): deterministic.
+template <bool Free = true, typename T, int N, typename Op>
+FUSER_DEVICE void block_allreduce_tile_y(T (&a)[N], Op op, T* smem) {
+  const int bdx = blockDim.x, bdy = blockDim.y;
+  if (bdy == 1) return;
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const int slots = N * bdx, threads = bdx * bdy, tid = ty * bdx + tx;
+  // row y of pair (i, x) at smem[y * slots + i * bdx + x]
+#pragma unroll
+  for (int i = 0; i < N; ++i) smem[ty * slots + i * bdx + tx] = a[i];
+  __syncthreads();
+  int parts = 1;  // runs of rows per pair, so that every thread has work
+  while (parts * 2 * slots <= threads && parts * 2 <= bdy) parts *= 2;
+  const int per = (bdy + parts - 1) / parts;
+  for (int s = tid; s < slots * parts; s += threads) {
+    const int pair = s % slots, y0 = (s / slots) * per;
+    const int y1 = y0 + per < bdy ? y0 + per : bdy;
+    if (y0 < y1) {
+      T r = smem[y0 * slots + pair];
+      for (int y = y0 + 1; y < y1; ++y) r = op(r, smem[y * slots + pair]);
+      smem[y0 * slots + pair] = r;  // (only this thread reads rows y0 .. y1 - 1 of the pair)
+    }
+  }
+  if (parts > 1) {
+    __syncthreads();
+    for (int s = tid; s < slots; s += threads) {
+      T r = smem[s];
+      for (int p = 1; p < parts && p * per < bdy; ++p) r = op(r, smem[p * per * slots + s]);
+      smem[s] = r;
+    }
+  }
+  __syncthreads();
+#pragma unroll
+  for (int i = 0; i < N; ++i) a[i] = smem[i * bdx + tx];
+  if (Free) __syncthreads();
+}
+
 // --- grid reductions -------------------------------------------------------------------------
 
 // A load through L2 only: partials other blocks wrote are never stale in this SM's L1.
@@ -220,6 +262,29 @@ FUSER_DEVICE T grid_finish(Op op, T init, const T* work, int slot, int slots, T*
   return OverX ? block_allreduce_x(acc, op, smem) : block_allreduce_y(acc, op, smem);
 }
 
+
+// grid_write and grid_finish for a register tile of N adjacent slots (a column
+// reduction's vector lanes): slots slot .. slot + N - 1, combined over the blocks of the
+// grid column and the threads of each block column together.
+template <typename T, int N>
+FUSER_DEVICE void grid_write_tile(const T (&a)[N], T* work, int slot, int slots, bool writer) {
+  if (!writer) return;
+  T* at = work + (static_cast<long long>(blockIdx.x) * gridDim.y + blockIdx.y) * slots + slot;
+#pragma unroll
+  for (int i = 0; i < N; ++i) at[i] = a[i];
+}
+
+template <typename T, int N, typename Op>
+FUSER_DEVICE void grid_finish_tile_y(T (&a)[N], Op op, T init, const T* work, int slot, int slots, T* smem) {
+  const T* col = work + static_cast<long long>(blockIdx.x) * gridDim.y * slots + slot;
+#pragma unroll
+  for (int i = 0; i < N; ++i) a[i] = init;
+  for (unsigned int by = threadIdx.y; by < gridDim.y; by += blockDim.y) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) a[i] = op(a[i], load_global_cg(col + static_cast<long long>(by) * slots + i));
+  }
+  block_allreduce_tile_y(a, op, smem);
+}
 
 // --- reductions across the rows of a grid (inner-outer persistent kernels) --------------------
 
