@@ -458,6 +458,16 @@ class SubFusion:
             runs.append((rest_a, rest_b))
         return [(tuple(a), tuple(b)) for a, b in runs]
 
+    def _relation_classes(self) -> list[tuple[Axes, Axes, tuple[int, ...], tuple[int, ...]]]:
+        """Each reshape relation's two sides with their axes' classes (cached)."""
+        got = self.memo.get("relation_classes")
+        if got is None:
+            find, id_of = self.uf.find, self.a.id_of
+            got = self.memo["relation_classes"] = [
+                (a, b, tuple(find(id_of(i)) for i in a), tuple(find(id_of(i)) for i in b))
+                for a, b in self._reshape_relations()]
+        return got
+
     def index_plan(self, start: Iterable[int]) -> IndexPlan:
         """How the axes of this sub-fusion's tensors are indexed from a reference whose axes
         are the classes `start`, through its reshapes (cached). A relation gives the axes of
@@ -470,15 +480,9 @@ class SubFusion:
         got = self.memo.get(key)
         if got is not None:
             return got
-        find, id_of = self.uf.find, self.a.id_of
-
-        def classes(axes: Axes) -> tuple[int, ...]:
-            return tuple(find(id_of(i)) for i in axes)
-
         known = set(start)
         steps: list[tuple[Axes, Axes]] = []
-        pending = [(a, b, classes(a), classes(b)) for a, b in self._reshape_relations()]
-        pending = [p for p in pending if p[2] != p[3]]
+        pending = [p for p in self._relation_classes() if p[2] != p[3]]
         used: set[frozenset] = set()
         progress = True
         while progress:
@@ -520,9 +524,7 @@ class SubFusion:
         got = self.memo.get(key)
         if got is not None:
             return got
-        find, id_of = self.uf.find, self.a.id_of
-        rels = [(tuple(find(id_of(i)) for i in a), tuple(find(id_of(i)) for i in b))
-                for a, b in self._reshape_relations()]
+        rels = [(ca, cb) for _, _, ca, cb in self._relation_classes()]
         got = self.memo[key] = frozenset(_closed(classes, rels))
         return got
 
