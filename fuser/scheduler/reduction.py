@@ -87,8 +87,8 @@ BLOCK_THREADS = 256
 MAX_BDX = 512
 #: vector loads each thread issues per step of a reduction's serial loop
 UNROLL = 4
-#: ... at most, for inner reductions (sums: a row in one step; Welford: over 2-byte inputs)
-WELFORD_UNROLL = 8
+#: ... at most, in an inner reduction (a sum's row in one step; Welford over 2-byte inputs)
+INNER_MAX_UNROLL = 8
 #: threads a Welford inner reduction's block aims for
 WELFORD_BLOCK_THREADS = 128
 #: longest row a Welford inner reduction holds in registers (two passes over it instead of
@@ -303,13 +303,13 @@ def heuristics(sub: SubFusion, geo: ReductionGeometry, vectorize: int) -> Reduct
             # (H100, var_mean: bf16 [8192, 8192] 90.6% of copy with 32 x 4 threads and 8
             # vectors a step, against 80.5% with 128 x 2 and 4; fp32 [2048, 16384] 92.1%
             # with 64 x 4 against 82.4% with 512 x 1)
-            unroll_max = WELFORD_UNROLL if vectorize * 4 > VECTOR_BYTES else UNROLL
+            unroll_max = INNER_MAX_UNROLL if vectorize * 4 > VECTOR_BYTES else UNROLL
             bdx = max(32, min(_pow2_ceil(-(-vecs // unroll_max)), max(32, 256 // vectorize)))
             threads = WELFORD_BLOCK_THREADS
         else:
             # a row in one step where it fits (every load in flight at once; sum fp32
             # [16384, 4096] 101.8% of copy in one step against 100.5% in two)
-            unroll_max = WELFORD_UNROLL
+            unroll_max = INNER_MAX_UNROLL
             bdx = max(32, min(MAX_BDX, _pow2_ceil(-(-vecs // unroll_max))))
             threads = BLOCK_THREADS
         unroll = max(1, min(unroll_max, _pow2_ceil(-(-vecs // bdx))))
