@@ -141,8 +141,11 @@ def test_load_caps_the_grid_to_resident_blocks_and_sizes_the_partials(monkeypatc
         def __init__(self, *args, **kwargs):
             pass
 
-        def max_active_blocks(self, threads: int) -> int:
+        def max_active_blocks(self, threads: int, shared_mem: int = 0) -> int:
+            asked.append(shared_mem)
             return 3
+
+    asked: list[int] = []
 
     monkeypatch.setattr(kc, "get_cubin", lambda *a, **k: b"\x7fELF")
     monkeypatch.setattr(launch, "CompiledKernel", Loaded)
@@ -160,20 +163,36 @@ def test_load_caps_the_grid_to_resident_blocks_and_sizes_the_partials(monkeypatc
     # one row of 4096 float partials per block
     assert per_block == {p: 4096 * 4 for p in per_block}
     assert dict(k._work) == {p: k.grid[0] * 4096 * 4 for p in per_block}
+    # the residency counts the rows' stages in dynamic shared memory: two stages of the
+    # block's 4 rows of grad and x
+    assert asked == [k.kernel.dynamic_smem] == [2 * 4 * 4096 * 2 * 2]
 
 
-def test_narrow_rows_with_two_reductions_are_staged_through_shared_memory():
-    # LayerNorm backward bf16 (rows of 1024: 256 threads' stages fit): the next group of
-    # rows is copied (cp.async) into the other of two shared stages while the current one
-    # is reduced; a thread reads back its own
+def test_narrow_rows_are_staged_through_dynamic_shared_memory(monkeypatch):
+    # LayerNorm backward bf16: the next group of rows is copied (cp.async) into the other
+    # of two shared stages while the current one is reduced; a thread reads back its own
     src = _code("layer", 16384, 1024, torch.bfloat16)
     assert src.count("fuser::cp_async<16>(&stage_r0[") == 2  # before the loop, and ahead in it
-    assert "fuser::load_vec<__bfloat, 8>(&r0[u * 8], &stage_r0[((it % 2) * " in src
-    assert src.index("fuser::cp_async_wait<0>();") < src.index("&stage_r0[((it % 2)")
+    assert "fuser::load_vec<__bfloat, 8>(&r0[u * 8], &stage_r0[(((it % 2) * " in src
+    assert src.index("fuser::cp_async_wait<0>();") < src.index("&stage_r0[(((it % 2)")
     loop_end = src.index("fuser::grid_sync")
-    assert src.rindex("fuser::cp_async_wait<0>();", 0, loop_end) > src.index("((it + 1) % 2)")
-    # RMSNorm backward (one reduction per row), fp32 rows, and rows whose stages would
-    # not fit (512 threads of 4 vectors each: rows of 4096) are not
-    assert "cp_async" not in _code("rms", 16384, 1024, torch.bfloat16)
+    assert src.rindex("fuser::cp_async_wait<0>();", 0, loop_end) > src.index("(((it + 1) % 2)")
+    # the stages live in dynamic shared memory, grad's then x's: [stage][vector][thread][lane]
+    # with 64 x 4 threads of 2 vectors
+    assert "extern __shared__ __align__(16) unsigned char fuser_dynamic_smem[];" in src
+    assert "__bfloat* stage_r1 = reinterpret_cast<__bfloat*>(fuser_dynamic_smem + 16384);" in src
+    # rows of 4096 take 128 KiB of stages, past what a block may declare statically
+    big = _code("layer", 16384, 4096, torch.bfloat16)
+    assert "reinterpret_cast<__bfloat*>(fuser_dynamic_smem + 65536)" in big
+    assert "cp_async" in _code("rms", 16384, 1024, torch.bfloat16)
+    assert compile_all([src, big])[:4] == b"\x7fELF"
+    # fp32 rows (loaded ahead into registers instead), and stages past the budget, are not
     assert "cp_async" not in _code("layer", 16384, 1024, torch.float32)
-    assert "cp_async" not in _code("layer", 16384, 4096, torch.bfloat16)
+    import fuser.lower.inner_outer as io
+
+    monkeypatch.setattr(io, "STAGE_MAX_BYTES", 64 * 1024)  # as many inputs as fit
+    src = _code("layer", 16384, 4096, torch.bfloat16)
+    assert "stage_r0" in src and "stage_r1" not in src
+    monkeypatch.setattr(io, "STAGE_MAX_BYTES", 32 * 1024)
+    src = _code("layer", 16384, 4096, torch.bfloat16)
+    assert "cp_async" not in src and "fuser_dynamic_smem" not in src

@@ -36,6 +36,8 @@ from .ops import RANDOM_HEADER_NAME, RUNTIME_HEADER_NAME, ctype
 from .reductions import (block_allreduce, column_partials, grid_reduce, grid_sync, segment_partials, tile_reduce_y,
                          welford_ctype, welford_merge)
 
+#: the block's dynamic shared memory, which arrays with a Decl.offset point into
+DYNAMIC_SMEM = "fuser_dynamic_smem"
 _INDEX_CTYPE = {"int32": "int", "int64": "long long"}
 #: statements printed as calls of the reduction helpers, by kind
 _CALLS = {
@@ -63,6 +65,8 @@ def kernel_source(kernel: Kernel) -> str:
     lines.append(",\n".join(f"    {param_decl(p)}" for p in kernel.params) + ") {")
     # each RNG op's per-thread cache of its last Philox block, seen by every scope
     lines.extend(f"  fuser::Philox {name};" for name in states)
+    if kernel.dynamic_smem:
+        lines.append(f"  extern __shared__ __align__(16) unsigned char {DYNAMIC_SMEM}[];")
     statements(kernel.body, lines, 1)
     lines.append("}")
     return "\n".join(lines) + "\n"
@@ -156,6 +160,9 @@ def _decl(d: Decl) -> str:
     if d.space is MemoryType.Shared:
         if d.init is not None:
             raise ValueError(f"shared {d.name}: shared memory cannot be initialised where it is declared")
+        if d.offset is not None:
+            t = welford_ctype(d.dtype) if d.welford else value_ctype(d.dtype)
+            return f"{t}* {d.name} = reinterpret_cast<{t}*>({DYNAMIC_SMEM} + {d.offset});"
         return f"__shared__ __align__({d.align}) {text};" if d.align else f"__shared__ {text};"
     if d.space is not MemoryType.Local:
         raise ValueError(f"{d.name}: a kernel declares local or shared variables, not {d.space.name}")

@@ -33,16 +33,17 @@ from .values import tensor_value
 #: ran at 94% of copy ahead against 88-91% without, but bf16 at 45-68% against 64-76%
 PREFETCH_ROWS = True
 #: rows copied one iteration ahead into shared memory (cp.async, see
-#: InnerOuterLowering._staged): "narrow" (rows of values narrower than 4 bytes, with at
-#: least STAGE_MIN_REDUCTIONS block reductions per row), "all" or "none"; and the shared
-#: memory the stages may take at most (a block's static shared memory is at most 48 KiB).
-#: On an H100, bf16 [16384, 4096]: LayerNorm backward (two reductions per row) 196 us
-#: staged against 212 us; RMSNorm backward (one) 185 us against 164 us (three stages
-#: 159-162 us); seed 001 (two, 128 x 2 threads) 220 us against 266 us; fp32 rows, which
-#: load ahead into registers instead (PREFETCH_ROWS), 292-299 us either way
+#: InnerOuterLowering._staged): "narrow" (rows of values narrower than 4 bytes), "all" or
+#: "none"; and the dynamic shared memory the stages may take at most (the device's
+#: per-block limit permitting). On an H100, bf16 [16384, 4096] with 128 x 4 threads:
+#: LayerNorm backward 174 us staged against 186 us, RMSNorm backward 148.7 against
+#: 150-152 us; [8192, 8192] LayerNorm 189 against 202 us, RMSNorm 155 either way; fp32
+#: rows, which load ahead into registers instead (PREFETCH_ROWS), 292-299 us either way.
+#: Reading the rows (or the weights) from their stage again after the block reductions,
+#: instead of keeping them in registers, measured slower (LayerNorm 286-1466 us: the
+#: compiler spills)
 STAGE_ROWS = "narrow"
-STAGE_MIN_REDUCTIONS = 2
-STAGE_MAX_BYTES = 32 * 1024
+STAGE_MAX_BYTES = 128 * 1024
 #: groups of rows in shared memory at once: the current one and STAGES - 1 in flight
 #: (three or four stages measured no faster than two above)
 STAGES = 2
@@ -96,6 +97,8 @@ class InnerOuterLowering(ReductionLowering):
                     raise NotLowerable(f"{tv!r} combines results of outer reductions over different axes")
         #: per outer reduction: (its accumulator tile, accumulation type)
         self._oacc: dict = {}
+        #: bytes of dynamic shared memory the row stages take
+        self._dynamic_smem = 0
 
     def _row_base(self) -> kir.Expr:
         return Var("row")
@@ -180,7 +183,7 @@ class InnerOuterLowering(ReductionLowering):
         for key in self._groups:
             if key != self._row_classes:
                 self._segment_columns(key, blocks, rounds)
-        return self._kernel(grid_sync=True, grid_strided=True)
+        return self._kernel(grid_sync=True, grid_strided=True, dynamic_smem=self._dynamic_smem)
 
     def _segment_rows(self, key: frozenset[int]) -> kir.Expr:
         """The rows of one segment of the group reducing row axes `key`: the product of
@@ -299,8 +302,7 @@ class InnerOuterLowering(ReductionLowering):
         decls = {d.name: d for d in rows if isinstance(d, Decl) and d.name in varying}
         narrow = any(tv.dtype.itemsize < 4 for tv in inputs if tv in spanning and self.full(tv))
         in_loop = [y for x in rows for y in ([x] if id(x) not in load_ids else _only(x, varying))]
-        n_reds = sum(1 for x in _walk(rows) if isinstance(x, BlockAllReduce))
-        if STAGE_ROWS == "all" or (STAGE_ROWS == "narrow" and narrow and n_reds >= STAGE_MIN_REDUCTIONS):
+        if STAGE_ROWS == "all" or (STAGE_ROWS == "narrow" and narrow):
             staged = self._staged(before, in_loop, varying, row_of)
             if staged is not None:
                 return staged
@@ -331,15 +333,15 @@ class InnerOuterLowering(ReductionLowering):
     def _staged(self, before: list, rows: list, varying: set[str], row_of) -> tuple[list, list] | None:
         """(statements before the row loop, the loop's body) where the rows' vector loads go
         through shared memory: each group of rows is copied asynchronously (cp.async) one
-        iteration ahead into one of two stages, while the block reduces and writes the
+        iteration ahead into one of STAGES stages, while the block reduces and writes the
         current rows; a thread reads back only what it copied, so no barrier is needed.
         Unlike loading ahead into registers this costs no registers. None where the stages
-        would not fit in STAGE_MAX_BYTES of shared memory, or nothing is vector-loaded."""
+        would not fit in the dynamic shared memory budget, or nothing is vector-loaded."""
         threads = self.p.bdx * self.p.bdy
         tid = _tid(ParallelType.TIDy) * self.p.bdx + _tid(ParallelType.TIDx)
         tv_of = {name: tv for tv, name in self.regs.items()}
-        #: register array -> (stage buffer, dtype, elements per thread)
-        stages: dict[str, tuple[str, DataType, int]] = {}
+        #: register array -> (stage buffer, dtype, elements per thread, elements per copy)
+        stages: dict[str, tuple[str, DataType, int, int]] = {}
 
         # (a row's scalars, a rstd or a mean, stay direct loads: copied per thread they
         # measured slower, LayerNorm backward bf16 [16384, 4096] 236 us against 196 us)
@@ -347,7 +349,7 @@ class InnerOuterLowering(ReductionLowering):
             if isinstance(x, kir.VecLoad) and x.n * x.dtype.itemsize in (4, 8, 16):
                 name = _array_of(x.dst)
                 if name in varying:
-                    stages.setdefault(name, (f"stage_{name}", x.dtype, self.full_tile))
+                    stages.setdefault(name, (f"stage_{name}", x.dtype, self.full_tile, x.n))
         # the inputs that change with every row first (one batch's row of a [B, 1, N] input
         # serves its rows from the caches), as many as fit
         find, id_of = self.sub.uf.find, self.sub.a.id_of
@@ -356,9 +358,11 @@ class InnerOuterLowering(ReductionLowering):
             return sum(1 for i in tv_of[name].logical_no_reductions()
                        if not i.is_broadcast and find(id_of(i)) in self._row_classes)
 
-        budget = STAGE_MAX_BYTES
+        # (room for the block reductions' static scratch)
+        limit = (self.sub.a.info.device_limits.smem_per_block if self.sub.a.info is not None else 227 * 1024) - 16 * 1024
+        budget = min(STAGE_MAX_BYTES, limit)
         for name in sorted(stages, key=row_axes, reverse=True):
-            _, dt, per = stages[name]
+            _, dt, per, _ = stages[name]
             nbytes = STAGES * threads * per * dt.itemsize
             if nbytes > budget:
                 del stages[name]
@@ -371,12 +375,18 @@ class InnerOuterLowering(ReductionLowering):
             return any(isinstance(y, kir.VecLoad) and _array_of(y.dst) in stages for y in _walk([x]))
 
         loads = [x for x in rows if is_load(x)]
-        for buf, dt, per in stages.values():
-            self._shared_decls.append(Decl(buf, dt, STAGES * threads * per, space=kir.MemoryType.Shared, align=16))
+        offset = self._dynamic_smem
+        for buf, dt, per, _ in stages.values():
+            self._shared_decls.append(Decl(buf, dt, STAGES * threads * per, space=kir.MemoryType.Shared, offset=offset))
+            offset += -(-STAGES * threads * per * dt.itemsize // 16) * 16
+        self._dynamic_smem = offset
 
-        def slot(name: str, offset: kir.Expr, stage: kir.Expr) -> kir.Expr:
-            buf, _, per = stages[name]
-            return Element(Var(buf), (stage * threads + tid) * per + offset)
+        def slot(name: str, at: kir.Expr, stage: kir.Expr) -> kir.Expr:
+            # a warp's copies of one vector of its threads' tiles lie side by side (no bank
+            # conflicts): [stage][vector][thread][lane]
+            buf, _, per, n = stages[name]
+            vec = at // n
+            return Element(Var(buf), ((stage * (per // n) + vec) * threads + tid) * n + at % n)
 
         def rewrite(x, issue: bool, stage: kir.Expr):
             """The load statement `x` issuing its copies into `stage` (`issue`), or reading

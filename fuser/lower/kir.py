@@ -298,7 +298,9 @@ class Decl:
     """A variable: a scalar (`size` None) or an array, in registers or shared memory,
     optionally initialised. `dtype` None: the kernel's index type. `welford`: a Welford
     accumulator (mean and M2 of `dtype`, a 64-bit count), starting empty. `align`: bytes a
-    shared array is aligned to (None: its element's)."""
+    shared array is aligned to (None: its element's). `offset`: a shared array placed in
+    the block's dynamic shared memory at this byte offset (past the 48 KiB a block may
+    declare statically; the kernel's `dynamic_smem` covers it)."""
 
     name: str
     dtype: DataType | None
@@ -307,6 +309,7 @@ class Decl:
     space: MemoryType = MemoryType.Local
     welford: bool = False
     align: int | None = None
+    offset: int | None = None
 
 
 @dataclass
@@ -587,6 +590,8 @@ class Kernel:
     #: the index ops' bounds checks (see IndexCheck); with a device check among them the
     #: kernel has an "index_error" parameter the runtime reads after each launch
     index_checks: tuple[IndexCheck, ...] = ()
+    #: bytes of dynamic shared memory each block is launched with (Decl.offset arrays)
+    dynamic_smem: int = 0
 
 
 

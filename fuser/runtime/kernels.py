@@ -161,7 +161,7 @@ class GeneratedKernel:
         if self.kernel.grid_sync and self.grid[0] > 0:
             # every block must be resident at once for the grid barrier
             threads = self.block[0] * self.block[1]
-            resident = compiled.max_active_blocks(threads) * self.info.device_limits.sm_count
+            resident = compiled.max_active_blocks(threads, self.kernel.dynamic_smem) * self.info.device_limits.sm_count
             if self.kernel.grid_strided and resident >= 1:
                 # as few blocks as give each the same number of row groups (a last round
                 # with a few blocks busy would cost a whole round)
@@ -216,13 +216,13 @@ class GeneratedKernel:
         if self._work or self._semaphore is not None:
             self._grid_buffers(values)
         if self._index_error is None:
-            compiled.launch(self.grid, self.block, values)
+            compiled.launch(self.grid, self.block, values, shared_mem=self.kernel.dynamic_smem)
             return
         # index tensors' values are checked on the device: reading the flag after the launch
         # waits for it (a synchronisation only kernels with such checks pay)
         k, flag = self._index_error
         values[k] = flag.pointer()
-        compiled.launch(self.grid, self.block, values)
+        compiled.launch(self.grid, self.block, values, shared_mem=self.kernel.dynamic_smem)
         flag.raise_if_set()
 
     def _grid_buffers(self, values: list[Any]) -> None:

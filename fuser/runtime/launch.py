@@ -254,7 +254,10 @@ class CompiledKernel:
         self.device_index = _device_index(device)
         self._pack = self._struct.pack
         self._pack_into = self._struct.pack_into
+        #: dynamic shared bytes a launch may take: without opting in, what the default
+        #: limit leaves beside the static shared memory; `_opted_in` once raised
         self._shared_limit = DEFAULT_SHARED_MEM_LIMIT
+        self._opted_in = False
 
         # pycuda keeps its own context stack and pushes/pops on the driver's; whatever context
         # PyTorch had current on this thread is put back afterwards, so PyTorch's idea of the
@@ -279,6 +282,7 @@ class CompiledKernel:
             cuda.Context.pop()
             if before and drv.current_context() != before:
                 drv.check(drv.lib.cuCtxSetCurrent(before), "cuCtxSetCurrent")
+        self._shared_limit = max(0, DEFAULT_SHARED_MEM_LIMIT - int(self.function.shared_size_bytes))
         self.function.prepare(param_format)
         self._pycuda_launch = self.function._launch_kernel
 
@@ -316,6 +320,8 @@ class CompiledKernel:
         """Blocks of `threads` threads (and `shared_mem` dynamic shared bytes) one SM holds
         at once: what a kernel that synchronises its whole grid may launch per SM."""
         self._load_driver_function()
+        if shared_mem > self._shared_limit:  # (the occupancy counts what the launch will allow)
+            self._allow_shared_mem(shared_mem)
         drv = _driver()
         n = ctypes.c_int()
         drv.check(drv.lib.cuOccupancyMaxActiveBlocksPerMultiprocessor(ctypes.byref(n), self._drv_function, threads,
@@ -409,7 +415,7 @@ class CompiledKernel:
             if rc != _CUDA_SUCCESS:
                 drv.lib.cuModuleUnload(module)
                 drv.check(rc, f"cuModuleGetFunction({self.name})")
-            if self._shared_limit > DEFAULT_SHARED_MEM_LIMIT:
+            if self._opted_in:
                 drv.check(
                     drv.lib.cuFuncSetAttribute(function.value, _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, self._shared_limit),
                     f"cuFuncSetAttribute({self.name}, MAX_DYNAMIC_SHARED_SIZE_BYTES)",
@@ -481,6 +487,7 @@ class CompiledKernel:
                 f"kernel's {self.shared_size_bytes} static bytes): {e}"
             ) from e
         self._shared_limit = nbytes
+        self._opted_in = True
 
     def _bad_args(self, args: Sequence[Any], err: Exception) -> TypeError:
         kinds = ", ".join(type(a).__name__ for a in args)
