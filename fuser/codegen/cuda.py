@@ -154,14 +154,14 @@ def statements(stmts: list[Stmt], out: list[str], depth: int) -> None:
 
 def _decl(d: Decl) -> str:
     size = f"[{d.size}]" if d.size is not None else ""
-    text = f"{welford_ctype(d.dtype) if d.welford else value_ctype(d.dtype)} {d.name}{size}"
+    t = welford_ctype(d.dtype) if d.welford else value_ctype(d.dtype)
+    text = f"{t} {d.name}{size}"
     if d.welford and d.space is MemoryType.Local:
         return f"{text} = {{}};"  # an empty accumulator: zero mean, M2 and count
     if d.space is MemoryType.Shared:
         if d.init is not None:
             raise ValueError(f"shared {d.name}: shared memory cannot be initialised where it is declared")
         if d.offset is not None:
-            t = welford_ctype(d.dtype) if d.welford else value_ctype(d.dtype)
             return f"{t}* {d.name} = reinterpret_cast<{t}*>({DYNAMIC_SMEM} + {d.offset});"
         return f"__shared__ __align__({d.align}) {text};" if d.align else f"__shared__ {text};"
     if d.space is not MemoryType.Local:

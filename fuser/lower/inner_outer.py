@@ -18,6 +18,7 @@ import dataclasses
 from fuser.ir import DataType, Fusion, ParallelType, ReductionOp, TensorView, WelfordOp
 from fuser.scheduler.analysis import SubFusion
 from fuser.scheduler.reduction import ReductionParams
+from fuser.scheduler.runtime_info import DeviceLimits
 
 from . import kir
 from .errors import NotLowerable
@@ -44,6 +45,8 @@ PREFETCH_ROWS = True
 #: compiler spills)
 STAGE_ROWS = "narrow"
 STAGE_MAX_BYTES = 128 * 1024
+#: shared memory left beside the stages for the block reductions' static scratch
+STATIC_SMEM_RESERVE = 16 * 1024
 #: groups of rows in shared memory at once: the current one and STAGES - 1 in flight
 #: (three or four stages measured no faster than two above)
 STAGES = 2
@@ -358,9 +361,8 @@ class InnerOuterLowering(ReductionLowering):
             return sum(1 for i in tv_of[name].logical_no_reductions()
                        if not i.is_broadcast and find(id_of(i)) in self._row_classes)
 
-        # (room for the block reductions' static scratch)
-        limit = (self.sub.a.info.device_limits.smem_per_block if self.sub.a.info is not None else 227 * 1024) - 16 * 1024
-        budget = min(STAGE_MAX_BYTES, limit)
+        limits = self.sub.a.info.device_limits if self.sub.a.info is not None else DeviceLimits()
+        budget = min(STAGE_MAX_BYTES, limits.smem_per_block - STATIC_SMEM_RESERVE)
         for name in sorted(stages, key=row_axes, reverse=True):
             _, dt, per, _ = stages[name]
             nbytes = STAGES * threads * per * dt.itemsize

@@ -254,10 +254,7 @@ class CompiledKernel:
         self.device_index = _device_index(device)
         self._pack = self._struct.pack
         self._pack_into = self._struct.pack_into
-        #: dynamic shared bytes a launch may take: without opting in, what the default
-        #: limit leaves beside the static shared memory; `_opted_in` once raised
-        self._shared_limit = DEFAULT_SHARED_MEM_LIMIT
-        self._opted_in = False
+        self._opted_in = False  # (to dynamic shared memory past the default limit)
 
         # pycuda keeps its own context stack and pushes/pops on the driver's; whatever context
         # PyTorch had current on this thread is put back afterwards, so PyTorch's idea of the
@@ -282,6 +279,8 @@ class CompiledKernel:
             cuda.Context.pop()
             if before and drv.current_context() != before:
                 drv.check(drv.lib.cuCtxSetCurrent(before), "cuCtxSetCurrent")
+        #: dynamic shared bytes a launch may take: without opting in, what the default
+        #: limit leaves beside the static shared memory
         self._shared_limit = max(0, DEFAULT_SHARED_MEM_LIMIT - int(self.function.shared_size_bytes))
         self.function.prepare(param_format)
         self._pycuda_launch = self.function._launch_kernel
