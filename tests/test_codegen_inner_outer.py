@@ -2,6 +2,7 @@
 RMSNorm and LayerNorm backward at many shapes and dtypes, and of seed 001's second
 segment, compiles with nvcc for sm_90, and is one kernel that reduces rows in registers,
 keeps column partials across rows and combines them after a grid barrier."""
+import re
 import pytest
 import torch
 
@@ -91,15 +92,27 @@ def test_norm_backward_kernels_compile_for_sm90():
 def test_one_kernel_reads_rows_once_and_combines_columns_after_a_grid_barrier():
     src = _code("layer", 16384, 4096, torch.bfloat16)
     assert src.count("fuser::grid_sync(semaphore);") == 1
-    # dweight and dbias: a tile of column accumulators each, combined after the barrier
-    assert src.count("fuser::column_partials(") == 2
+    # dweight and dbias: a tile of column accumulators each, combined after the barrier,
+    # both in one pass over the blocks' partials
     assert src.count("float oacc") == 2
-    # the row's two inner sums are block reductions; the rows are read in vectors once
+    assert src.count("fuser::column_partials<2>(") == 1 and re.search(r"cp_work\[2\] = {w\d+, w\d+}", src)
+    # the row's two inner sums are block reductions
     assert src.count("block_allreduce_x") == 2
-    # the rows are loaded in the loop; the weight once, before it
-    assert src.count("fuser::load_vec<__bfloat, 8>(&r0[") == 1 and src.count("(&r4[") == 1
+    # the rows are copied once, a group ahead, into shared memory; each pass over them
+    # (before and after the block reductions) reads them from there, a vector at a time
+    assert src.count("fuser::cp_async<16>(&stage_r0[") == 2  # the first group, then the next
+    assert src.count("fuser::load_vec<__bfloat, 8>(&r0[u * 8], &stage_r0[") == 2
+    assert "fuser::launder(r0)" not in src and "fuser::launder(r4)" in src
+    # the weight is loaded once, before the loop
+    assert src.count("(&r4[") == 1
     assert src.index("(&r4[") < src.index("for (nvfuser_index_t it = 0;") < src.index("(&r0[")
-    assert src.index("fuser::grid_sync") < src.index("fuser::column_partials")
+    # after the rows, the tiles are combined over threadIdx.y through the stages' memory
+    # and the thread rows share out the vector stores of the partials
+    tail = src[src.index("fuser::grid_sync"):]
+    head = src[:src.index("fuser::grid_sync")]
+    assert head.count("fuser::block_allreduce_tile_y(oacc") == 2 and "tiles_Float" in head
+    assert head.count("fuser::store_vec<float, 8>(&w3") == 2 and "threadIdx.y) == (u % 4)" in head
+    assert "fuser::column_partials" in tail
 
 
 def test_rows_of_1024_threads_are_not_loaded_ahead():
@@ -114,7 +127,10 @@ def test_rows_of_1024_threads_are_not_loaded_ahead():
 def test_short_rows_share_a_block_and_combine_partials_over_threadIdx_y():
     src = _code("rms", 16384, 1024, torch.bfloat16)
     assert "__launch_bounds__(256)" in src  # 64 threads per row, 4 rows per block
-    assert "fuser::block_reduce_tile_y(oacc" in src
+    # bf16 rows are staged: the tile is combined through the stages' shared memory
+    assert "fuser::block_allreduce_tile_y(oacc" in src and "tiles_Float" in src
+    # fp32 rows are not: element by element through static shared memory
+    assert "fuser::block_reduce_tile_y(oacc" in _code("rms", 16384, 1024, torch.float32)
 
 
 def test_seed_001_is_one_inner_outer_kernel_with_sums_per_row_segment():
@@ -126,7 +142,7 @@ def test_seed_001_is_one_inner_outer_kernel_with_sums_per_row_segment():
     # the sums over the sequence per batch flush their tiles at each batch a block leaves,
     # and are combined per (batch, column) after the grid synchronises
     assert src.count("__global__") == 1 and "fuser_inner_outer" in src
-    assert src.count("fuser::segment_partials(") == 2 and src.count("fuser::column_partials(") == 2
+    assert src.count("fuser::segment_partials(") == 2 and src.count("fuser::column_partials<2>(") == 1
     assert compile_all([src])[:4] == b"\x7fELF"
 
 
@@ -196,3 +212,17 @@ def test_narrow_rows_are_staged_through_dynamic_shared_memory(monkeypatch):
     monkeypatch.setattr(io, "STAGE_MAX_BYTES", 32 * 1024)
     src = _code("layer", 16384, 4096, torch.bfloat16)
     assert "cp_async" not in src and "fuser_dynamic_smem" not in src
+
+def test_rows_left_out_of_the_stages_are_loaded_once_and_kept_in_registers(monkeypatch):
+    import fuser.lower.inner_outer as io
+
+    # room for one of the two bf16 rows' stages only
+    monkeypatch.setattr(io, "STAGE_MAX_BYTES", 64 * 1024)
+    src = _code("layer", 16384, 4096, torch.bfloat16)
+    assert "stage_r0" in src and "stage_r1" not in src
+    # the staged row is read from shared memory in each pass, the other loaded from global
+    # memory once per row and laundered across the block reductions
+    assert src.count("fuser::load_vec<__bfloat, 8>(&r0[u * 8], &stage_r0[") == 2
+    assert src.count("fuser::load_vec<__bfloat, 8>(&r1[u * 8], &T1[") == 1
+    assert "fuser::launder(r1)" in src and "fuser::launder(r0)" not in src
+    assert compile_all([src])[:4] == b"\x7fELF"

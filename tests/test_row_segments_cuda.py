@@ -80,7 +80,7 @@ def test_sums_per_batch_are_in_the_inner_outer_kernel(shape):
         build(fd, torch.bfloat16)
     assert _segments(fd, ins) == ["inner_outer_persistent"]
     src = fd.cuda_code_for(ins)
-    assert src.count("fuser::segment_partials(") == 2 and src.count("fuser::column_partials(") == 1
+    assert src.count("fuser::segment_partials(") == 2 and src.count("fuser::column_partials<1>(") == 1
     assert compile_all([src])[:4] == b"\x7fELF"
 
 

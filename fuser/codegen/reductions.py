@@ -37,6 +37,8 @@ def block_allreduce(s: BlockAllReduce) -> list[str]:
         if s.over != ParallelType.TIDy or s.out != s.value:
             raise ValueError("a tile block reduction combines a register array in place over threadIdx.y")
         return [f"fuser::block_allreduce_tile_y{free}({expr(s.value)}, {combine(s.op, s.dtype)}, {expr(s.smem)});"]
+    if s.bdx and s.over == ParallelType.TIDx:
+        free = f"<{'true' if s.free_after else 'false'}, {s.bdx}>"
     return [f"{expr(s.out)} = fuser::block_allreduce_{which}{free}({expr(s.value)}, {combine(s.op, s.dtype)}, "
             f"{expr(s.smem)});"]
 
@@ -67,8 +69,14 @@ def grid_sync(s: GridSync) -> list[str]:
 
 
 def column_partials(s: ColumnPartials) -> list[str]:
-    return [f"{expr(s.out)} = fuser::column_partials({combine(s.op, s.dtype)}, {expr(s.init)}, {expr(s.work)}, "
-            f"{expr(s.parts)}, {expr(s.n_cols)}, {expr(s.c0)}, {expr(s.width)}, {expr(s.smem)});"]
+    t, k = ctype(s.dtype), len(s.works)
+    return ["{",
+            f"  const {t}* const cp_work[{k}] = {{{', '.join(expr(w) for w in s.works)}}};",
+            f"  {t} cp_out[{k}];",
+            f"  fuser::column_partials<{k}>(cp_out, {combine(s.op, s.dtype)}, {expr(s.init)}, cp_work, "
+            f"{expr(s.parts)}, {expr(s.n_cols)}, {expr(s.c0)}, {expr(s.width)}, {expr(s.smem)});",
+            *(f"  {expr(o)} = cp_out[{i}];" for i, o in enumerate(s.outs)),
+            "}"]
 
 
 def segment_partials(s: SegmentPartials) -> list[str]:

@@ -40,13 +40,18 @@ PREFETCH_ROWS = True
 #: LayerNorm backward 174 us staged against 186 us, RMSNorm backward 148.7 against
 #: 150-152 us; [8192, 8192] LayerNorm 189 against 202 us, RMSNorm 155 either way; fp32
 #: rows, which load ahead into registers instead (PREFETCH_ROWS), 292-299 us either way.
-#: Reading the rows (or the weights) from their stage again after the block reductions,
-#: instead of keeping them in registers, measured slower (LayerNorm 286-1466 us: the
-#: compiler spills)
+#: (Those were measured before REREAD_STAGED and _partials' combine through the stages.)
 STAGE_ROWS = "narrow"
 STAGE_MAX_BYTES = 128 * 1024
 #: shared memory left beside the stages for the block reductions' static scratch
 STATIC_SMEM_RESERVE = 16 * 1024
+#: read the staged rows from shared memory in every pass over them, a vector just before
+#: its use, instead of holding whole rows in registers across the block reductions. On an
+#: H100, bf16 [16384, 4096] (with the partials combined through the stages, see
+#: _partials): LayerNorm backward 162.5 -> 150.6 us (no more spills), RMSNorm backward
+#: 149.1 -> 145.1 us (123 -> 85 registers). Reading back whole rows after the reductions
+#: instead measured slower (286-1466 us: the compiler spills).
+REREAD_STAGED = True
 #: groups of rows in shared memory at once: the current one and STAGES - 1 in flight
 #: (three or four stages measured no faster than two above)
 STAGES = 2
@@ -405,6 +410,10 @@ class InnerOuterLowering(ReductionLowering):
         it = Var("it")
         k = STAGES
         pre = list(before)
+        reread = REREAD_STAGED and self._reread(rows, loads, set(stages), lambda x: rewrite(x, False, it % k))
+        if reread:
+            # the rows stay in shared memory: each pass reads a vector just before use
+            rows = reread
         for j in range(k - 1):  # the first k - 1 iterations' rows
             issue = [y for y in (rewrite(x, True, IntLit(j)) for x in loads) if y is not None]
             pre += [kir.substitute_stmt(x, {Var("row"): row_of(IntLit(j))}) for x in issue] + [kir.CpAsyncCommit()]
@@ -418,12 +427,46 @@ class InnerOuterLowering(ReductionLowering):
             if not waited:  # this iteration's copies (the oldest group) have landed
                 body.append(kir.CpAsyncWait(k - 2))
                 waited = True
-            body.append(rewrite(x, False, it % k))
+            if reread:  # only the loads of rows that are not staged stay here
+                body.extend(_without(x, set(stages)))
+            else:
+                body.append(rewrite(x, False, it % k))
             if i == last:  # the rows k - 1 iterations ahead, copied now
                 nxt = [y for y in (rewrite(z, True, (it + (k - 1)) % k) for z in loads) if y is not None]
                 body.extend(kir.substitute_stmt(y, {Var("row"): row_of(it + (k - 1))}) for y in nxt)
                 body.append(kir.CpAsyncCommit())
         return pre, body
+
+    def _reread(self, rows: list, loads: list, staged: set[str], read) -> list | None:
+        """`rows` where every unrolled loop over a thread's vectors that uses a staged row
+        reads each vector from its stage (`read`: a load statement turned into reads) at the
+        top of its iteration, and no staged row is laundered (the load statements stay, to
+        mark where the copies are waited for and issued); None where a load is not such a
+        loop."""
+        u = Var("u")
+        chunks: list = []
+        for x in loads:
+            if not (isinstance(x, For) and x.var == u):
+                return None
+            chunks.extend(y for z in read(x).body for y in _only(z, staged))
+        load_ids = {id(x) for x in loads}
+
+        def visit(x):
+            if id(x) in load_ids:
+                return x
+            if isinstance(x, kir.Launder) and x.var.name in staged:
+                return None
+            if isinstance(x, For) and x.var == u and not _names(x.body).isdisjoint(staged):
+                return dataclasses.replace(x, body=[*chunks, *x.body])
+            if isinstance(x, For):
+                return dataclasses.replace(x, body=[y for y in map(visit, x.body) if y is not None])
+            if isinstance(x, If):
+                return dataclasses.replace(x, then=[y for y in map(visit, x.then) if y is not None],
+                                           orelse=None if x.orelse is None else
+                                           [y for y in map(visit, x.orelse) if y is not None])
+            return x
+
+        return [y for y in map(visit, rows) if y is not None]
 
     def _work(self, e) -> kir.Param:
         """Outer reduction `e`'s partials: a row of columns per block, and one per segment
@@ -435,17 +478,51 @@ class InnerOuterLowering(ReductionLowering):
 
     def _partials(self) -> None:
         """Each block's accumulator tiles of the reductions across all rows, combined over
-        its threadIdx.y, to its row of the partials buffers."""
+        its threadIdx.y, to its row of the partials buffers.
+
+        Where the row stages' shared memory (free once the rows are done) holds a whole
+        tile of every thread, each tile is combined through it at once (three barriers
+        rather than two per element) and every thread gets the totals, so the thread rows
+        share out the writes, a vector of columns per store. On an H100, with the merged
+        column phase (_columns), LayerNorm backward bf16 [16384, 4096] went from 174 to
+        154 us: the per-element combine and one writing thread row took 24 us after the
+        last row."""
         group = self._groups.get(self._row_classes)
         if not group:
             return
-        self.body.extend(self._combine_y(group))
+        threads = self.p.bdx * self.p.bdy
         u, v = Var("u"), Var("v")
-        col = (u * self.p.bdx + _tid(ParallelType.TIDx)) * self.V + v
         base = _tid(ParallelType.BIDx) * self.n_cols
-        writes = [Assign(Element(self._work(e), base + col), self._tile(self._oacc[e][0], u, v)) for e in group]
-        self.body.extend(self._over_tile([If(kir.all_of([eq(_tid(ParallelType.TIDy), 0), lt(col, self.n_cols)]),
-                                             writes)]))
+        through_stages = self.full_tile > 1 and all(
+            self.full_tile * threads * self._oacc[e][1].itemsize <= self._dynamic_smem for e in group)
+        if not through_stages:
+            self.body.extend(self._combine_y(group))
+            col = (u * self.p.bdx + _tid(ParallelType.TIDx)) * self.V + v
+            writes = [Assign(Element(self._work(e), base + col), self._tile(self._oacc[e][0], u, v)) for e in group]
+            self.body.extend(self._over_tile([If(kir.all_of([eq(_tid(ParallelType.TIDy), 0),
+                                                              lt(col, self.n_cols)]), writes)]))
+            return
+        writes = []
+        for e in group:
+            name, acc_dt = self._oacc[e]
+            if self.p.bdy > 1:
+                buf = f"tiles_{acc_dt.name}"
+                if buf not in self._decl_done:
+                    self._decl_done.add(buf)
+                    self._shared_decls.append(Decl(buf, acc_dt, self.full_tile * threads,
+                                                   space=kir.MemoryType.Shared, offset=0))
+                self.body.append(BlockAllReduce(Var(name), Var(name), e.op_type, acc_dt, Var(buf),
+                                                ParallelType.TIDy, tile=self.full_tile))
+            # (the vector width divides the row length: whole vectors, aligned)
+            writes.append(kir.VecStore(acc_dt, self.V, kir.AddressOf(Element(self._work(e), base + Var("col"))),
+                                       kir.AddressOf(Element(Var(name), u * self.V))))
+        col = (u * self.p.bdx + _tid(ParallelType.TIDx)) * self.V
+        writer = kir.all_of([eq(_tid(ParallelType.TIDy), u % self.p.bdy), lt(Var("col"), self.n_cols)])
+        body = [Decl("col", None, None, col), If(writer, writes)]
+        if self.U > 1:
+            self.body.append(For(u, IntLit(self.U), body, unroll=True, dtype=DataType.Int32))
+        else:
+            self.body.extend(kir.substitute_stmt(x, {u: IntLit(0)}) for x in body)
 
     def _columns(self, blocks: kir.Expr) -> None:
         """The final phase of the reductions across all rows: blocks take COLUMNS_PER_STEP
@@ -459,16 +536,22 @@ class InnerOuterLowering(ReductionLowering):
         c0 = Var("col0")
         step: list = [Decl("col0", None, None, (j * blocks + _tid(ParallelType.BIDx)) * w)]
         values: dict[TensorView, kir.Expr] = {}
+        # the reductions combined alike go together (their loads in flight at once): on an
+        # H100, LayerNorm backward's two measured 1 us faster together than one by one
+        alike: dict[tuple, list] = {}
         for e in self._groups[self._row_classes]:
             _, acc_dt = self._oacc[e]
-            out = e.outputs[0]
-            total = f"f{out.name}"
-            smem = Var(self._shared(acc_dt, False))
             init = Cast(scalar_value(e.init, self.params), e.init.dtype, acc_dt)
-            step.append(Decl(total, acc_dt))
-            step.append(ColumnPartials(Var(total), e.op_type, acc_dt, init, self._work(e), blocks, self.n_cols, c0,
-                                       smem, w))
-            values[out] = Cast(Var(total), acc_dt, out.dtype)
+            alike.setdefault((e.op_type, acc_dt, init), []).append(e)
+        for (op, acc_dt, init), group in alike.items():
+            k = len(group)
+            smem = Var(self._shared(acc_dt, False) if k == 1 else self._shared(acc_dt, False, f"_c{k}", tile=k))
+            for e in group:
+                out = e.outputs[0]
+                step.append(Decl(f"f{out.name}", acc_dt))
+                values[out] = Cast(Var(f"f{out.name}"), acc_dt, out.dtype)
+            step.append(ColumnPartials([Var(f"f{e.outputs[0].name}") for e in group], op, acc_dt, init,
+                                       [self._work(e) for e in group], blocks, self.n_cols, c0, smem, w))
         tid = _tid(ParallelType.TIDy) * self.p.bdx + _tid(ParallelType.TIDx)
         c = Var("col")
         step.append(Decl("col", None, None, c0 + tid))
@@ -556,6 +639,16 @@ def _only(stmt, names: set[str]) -> list:
     if field is None:
         return [stmt] if _names(stmt) & names else []
     inner = [y for x in getattr(stmt, field) for y in _only(x, names)]
+    return [dataclasses.replace(stmt, **{field: inner})] if inner else []
+
+
+def _without(stmt, names: set[str]) -> list:
+    """`stmt` without the innermost statements that mention one of `names`, and without
+    the loops and conditions left empty: [] when nothing else is left."""
+    field = "then" if isinstance(stmt, If) else "body" if isinstance(stmt, For) else None
+    if field is None:
+        return [] if _names(stmt) & names else [stmt]
+    inner = [y for x in getattr(stmt, field) for y in _without(x, names)]
     return [dataclasses.replace(stmt, **{field: inner})] if inner else []
 
 

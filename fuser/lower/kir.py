@@ -442,6 +442,8 @@ class BlockAllReduce:
     #: any later write here)
     free_after: bool = True
     tile: int = 0
+    #: blockDim.x where the kernel's launch fixes it (the helper's loops unroll), else 0
+    bdx: int = 0
 
 
 @dataclass
@@ -503,16 +505,17 @@ class TileReduceY:
 
 @dataclass
 class ColumnPartials:
-    """`out` = column `c0 + t` of the `parts` x `n_cols` partials in `work` combined by `op`
-    from `init`, in thread t < `width` of the block (a fixed order: deterministic); every
-    thread runs it (it synchronises); `smem` holds blockDim.x * blockDim.y values. Prints
-    `out = fuser::column_partials(op, init, work, parts, n_cols, c0, width, smem);`."""
+    """`outs[k]` = column `c0 + t` of the `parts` x `n_cols` partials in `works[k]`
+    combined by `op` from `init`, in thread t < `width` of the block (a fixed order:
+    deterministic), for every buffer k together; every thread runs it (it synchronises);
+    `smem` holds len(works) * blockDim.x * blockDim.y values. Prints
+    `fuser::column_partials<K>(outs, op, init, works, parts, n_cols, c0, width, smem);`."""
 
-    out: Expr
+    outs: list[Expr]
     op: BinaryOpType
     dtype: DataType
     init: Expr
-    work: Expr
+    works: list[Expr]
     parts: Expr
     n_cols: Expr
     c0: Expr

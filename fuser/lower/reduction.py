@@ -694,12 +694,12 @@ class ReductionLowering:
         instead of two)."""
         smem = self._shared(dtype, welford, tile=tile)
         if not self.p.persistent:
-            return BlockAllReduce(acc, acc, op, dtype, Var(smem), over, tile=tile)
+            return BlockAllReduce(acc, acc, op, dtype, Var(smem), over, tile=tile, bdx=self.p.bdx)
         turn = self._smem_turn.get(smem, 0)
         self._smem_turn[smem] = 1 - turn
         if turn:
             smem = self._shared(dtype, welford, "_b", tile=tile)
-        return BlockAllReduce(acc, acc, op, dtype, Var(smem), over, free_after=False, tile=tile)
+        return BlockAllReduce(acc, acc, op, dtype, Var(smem), over, free_after=False, tile=tile, bdx=self.p.bdx)
 
     def _tiled(self, dtype: DataType, welford: bool) -> bool:
         """A column reduction's vector lanes are combined over the block together (one

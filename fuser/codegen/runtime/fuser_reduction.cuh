@@ -122,10 +122,11 @@ FUSER_DEVICE T warp_allreduce(T v, Op op, int width) {
 // Allreduce over the threads of each row (same threadIdx.y). `smem` holds at least
 // blockDim.y * max(1, blockDim.x / 32) values; it is free again when this returns, unless
 // `Free` is false: then the caller alternates buffers, so that the next block reduction's
-// barrier orders this one's reads before any later write to `smem`.
-template <bool Free = true, typename T, typename Op>
+// barrier orders this one's reads before any later write to `smem`. `BDX`: blockDim.x
+// where the kernel fixes it (its loops then unroll), else 0.
+template <bool Free = true, int BDX = 0, typename T, typename Op>
 FUSER_DEVICE T block_allreduce_x(T v, Op op, T* smem) {
-  const int bdx = blockDim.x;
+  const int bdx = BDX > 0 ? BDX : blockDim.x;
   if (bdx == 1) return v;
   if (bdx <= 32) return warp_allreduce(v, op, bdx);
   v = warp_allreduce(v, op, 32);
@@ -136,6 +137,7 @@ FUSER_DEVICE T block_allreduce_x(T v, Op op, T* smem) {
   if (lane == 0) row[warp] = v;
   __syncthreads();
   T r = row[0];
+#pragma unroll
   for (int k = 1; k < warps; ++k) r = op(r, row[k]);
   if (Free) __syncthreads();  // smem may be reused as soon as everyone has read it
   return r;
@@ -338,44 +340,71 @@ FUSER_DEVICE int column_width(I n_cols, int threads) {
   return w < threads ? w : threads;
 }
 
-// Combine the partials of columns c0 .. c0 + w - 1 (row p of `work` holds block p's
-// partials, `n_cols` per row, `parts` rows): the block's threads take the w adjacent
-// columns by (blockDim.x * blockDim.y) / w interleaved runs of rows (w and the thread
-// count are powers of two, w at most the thread count), so loads are coalesced and four
-// are in flight per thread, then combine the runs in shared memory in a fixed order.
-// Thread t < w gets column c0 + t (columns past n_cols give init). Every thread of the
-// block calls it; `smem` holds blockDim.x * blockDim.y values and is free on return.
-template <typename T, typename Op, typename I>
-FUSER_DEVICE T column_partials(Op op, T init, const T* work, int parts, I n_cols, I c0, int w, T* smem) {
+// Combine the partials of columns c0 .. c0 + w - 1 of K buffers by the same `op` (row p
+// of `work[k]` holds block p's partials, `n_cols` per row, `parts` rows): the block's
+// threads take the w adjacent columns by (blockDim.x * blockDim.y) / w interleaved runs of
+// rows (w and the thread count are powers of two, w at most the thread count), so loads
+// are coalesced and four are in flight per thread, then combine the runs in shared memory
+// in a fixed order. Thread t < w gets column c0 + t of each buffer in out[k] (columns past
+// n_cols give init). Every thread of the block calls it; `smem` holds K * blockDim.x *
+// blockDim.y values and is free on return. The buffers go together: one wait for their
+// loads and one set of barriers.
+template <int K, typename T, typename Op, typename I>
+FUSER_DEVICE void column_partials(T (&out)[K], Op op, T init, const T* const (&work)[K], int parts, I n_cols, I c0,
+                                  int w, T* smem) {
+  constexpr int R = K >= 4 ? 1 : 4 / K;  // rows of partials per step and buffer
+  const int threads = blockDim.x * blockDim.y;
   const int tid = threadIdx.y * blockDim.x + threadIdx.x;
-  const int runs = (blockDim.x * blockDim.y) / w;
+  const int runs = threads / w;
   const int lane = tid % w, run = tid / w;
   const I c = c0 + lane;
-  T a0 = init, a1 = init, a2 = init, a3 = init;
+  T a[K][R];
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) a[k][r] = init;
+  }
   if (c < n_cols) {
-    const T* col = work + c;
     const long long stride = static_cast<long long>(n_cols) * runs;
     int p = run;
-    for (; p + 3 * runs < parts; p += 4 * runs) {
-      const T* at = col + static_cast<long long>(p) * n_cols;
-      T x0 = load_global_cg(at), x1 = load_global_cg(at + stride);
-      T x2 = load_global_cg(at + 2 * stride), x3 = load_global_cg(at + 3 * stride);
-      a0 = op(a0, x0);
-      a1 = op(a1, x1);
-      a2 = op(a2, x2);
-      a3 = op(a3, x3);
+    for (; p + (R - 1) * runs < parts; p += R * runs) {
+      const long long at = static_cast<long long>(p) * n_cols + c;
+      T x[K][R];
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) x[k][r] = load_global_cg(work[k] + at + r * stride);
+      }
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) a[k][r] = op(a[k][r], x[k][r]);
+      }
     }
-    for (; p < parts; p += runs) a0 = op(a0, load_global_cg(col + static_cast<long long>(p) * n_cols));
+    for (; p < parts; p += runs) {
+      const long long at = static_cast<long long>(p) * n_cols + c;
+#pragma unroll
+      for (int k = 0; k < K; ++k) a[k][0] = op(a[k][0], load_global_cg(work[k] + at));
+    }
   }
-  smem[tid] = op(op(a0, a1), op(a2, a3));
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    T t = a[k][0];
+#pragma unroll
+    for (int r = 1; r < R; ++r) t = op(t, a[k][r]);
+    smem[k * threads + tid] = t;
+  }
   __syncthreads();
   for (int s = runs / 2; s > 0; s /= 2) {
-    if (run < s) smem[tid] = op(smem[tid], smem[tid + s * w]);
+    if (run < s) {
+#pragma unroll
+      for (int k = 0; k < K; ++k) smem[k * threads + tid] = op(smem[k * threads + tid], smem[k * threads + tid + s * w]);
+    }
     __syncthreads();
   }
-  T r = smem[lane];
+#pragma unroll
+  for (int k = 0; k < K; ++k) out[k] = smem[k * threads + lane];
   __syncthreads();
-  return r;
 }
 
 // Combine the partials of column `col` of row segment `seg`: blocks `first` .. `last`
