@@ -96,8 +96,8 @@ def test_one_kernel_reads_rows_once_and_combines_columns_after_a_grid_barrier():
     # both in one pass over the blocks' partials
     assert src.count("float oacc") == 2
     assert src.count("fuser::column_partials<2>(") == 1 and re.search(r"cp_work\[2\] = {w\d+, w\d+}", src)
-    # the row's two inner sums are block reductions
-    assert src.count("block_allreduce_x") == 2
+    # the row's two inner sums are block reductions, with blockDim.x a constant
+    assert src.count("block_allreduce_x<false, 128>(") == 2
     # the rows are copied once, a group ahead, into shared memory; each pass over them
     # (before and after the block reductions) reads them from there, a vector at a time
     assert src.count("fuser::cp_async<16>(&stage_r0[") == 2  # the first group, then the next

@@ -137,7 +137,6 @@ FUSER_DEVICE T block_allreduce_x(T v, Op op, T* smem) {
   if (lane == 0) row[warp] = v;
   __syncthreads();
   T r = row[0];
-#pragma unroll
   for (int k = 1; k < warps; ++k) r = op(r, row[k]);
   if (Free) __syncthreads();  // smem may be reused as soon as everyone has read it
   return r;
