@@ -551,7 +551,7 @@ class InnerOuterLowering(ReductionLowering):
             alike.setdefault((e.op_type, acc_dt, init), []).append(e)
         for (op, acc_dt, init), group in alike.items():
             k = len(group)
-            smem = Var(self._shared(acc_dt, False) if k == 1 else self._shared(acc_dt, False, f"_c{k}", tile=k))
+            smem = Var(self._shared(acc_dt, False, tile=k))
             for e in group:
                 out = e.outputs[0]
                 step.append(Decl(f"f{out.name}", acc_dt))

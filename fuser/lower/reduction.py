@@ -722,7 +722,10 @@ class ReductionLowering:
         return self.p.bdy if self.p.inner else self.p.bdx * self.V
 
     def _shared(self, dtype: DataType, welford: bool, suffix: str = "", tile: int = 0) -> str:
-        key = f"{'w' if welford else ''}{dtype.name}{suffix}{'_t' if tile else ''}"
+        """A shared scratch array of `dtype` values (Welford accumulators with `welford`)
+        for the block reductions, `tile` times the block's own size where tile > 1; one
+        per (dtype, suffix, tile)."""
+        key = f"{'w' if welford else ''}{dtype.name}{suffix}{f'_t{tile}' if tile > 1 else ''}"
         got = self._smem.get(key)
         if got is None:
             got = self._smem[key] = f"smem_{key}"
