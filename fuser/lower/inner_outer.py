@@ -390,7 +390,7 @@ class InnerOuterLowering(ReductionLowering):
         loads = [x for x in rows if is_load(x)]
         offset = self._dynamic_smem
         for buf, dt, per, _ in stages.values():
-            self._shared_decls.append(Decl(buf, dt, STAGES * threads * per, space=kir.MemoryType.Shared, offset=offset))
+            self._decl(buf, dt, STAGES * threads * per, space=kir.MemoryType.Shared, offset=offset)
             offset += -(-STAGES * threads * per * dt.itemsize // 16) * 16
         self._dynamic_smem = offset
 
@@ -513,10 +513,7 @@ class InnerOuterLowering(ReductionLowering):
             name, acc_dt = self._oacc[e]
             if self.p.bdy > 1:
                 buf = f"tiles_{acc_dt.name}"
-                if buf not in self._decl_done:
-                    self._decl_done.add(buf)
-                    self._shared_decls.append(Decl(buf, acc_dt, self.full_tile * threads,
-                                                   space=kir.MemoryType.Shared, offset=0))
+                self._decl(buf, acc_dt, self.full_tile * threads, space=kir.MemoryType.Shared, offset=0)
                 self.body.append(BlockAllReduce(Var(name), Var(name), e.op_type, acc_dt, Var(buf),
                                                 ParallelType.TIDy, tile=self.full_tile))
             # (the vector width divides the row length: whole vectors, aligned)

@@ -267,12 +267,15 @@ class ReductionLowering:
         return lt(row, self.n_rows) if self.row_axis is not None else None
 
     # --- registers --------------------------------------------------------------------------
-    def _decl(self, name: str, dtype: DataType, size: int | None, init=None, space=None, welford=False) -> None:
+    def _decl(self, name: str, dtype: DataType, size: int | None, init=None, space=None, welford=False,
+              offset: int | None = None) -> None:
+        """Declare `name` once (shared arrays at the top of the kernel; `offset`: placed in
+        the dynamic shared memory at that byte offset)."""
         if name in self._decl_done:
             return
         self._decl_done.add(name)
         if space is kir.MemoryType.Shared:
-            self._shared_decls.append(Decl(name, dtype, size, space=space, welford=welford))
+            self._shared_decls.append(Decl(name, dtype, size, space=space, welford=welford, offset=offset))
             return
         kw = {} if space is None else {"space": space}
         if size is not None and init is not None:  # an array: initialised element by element
