@@ -214,11 +214,16 @@ class InnerOuterLowering(ReductionLowering):
 
     def _over_tile(self, body: list) -> list:
         """`body` (over the tile position u, v) for every position of a thread's tile."""
-        u, v = Var("u"), Var("v")
+        v = Var("v")
         if self.V > 1:
             body = [For(v, IntLit(self.V), body, unroll=True, dtype=DataType.Int32)]
         else:
             body = [kir.substitute_stmt(s, {v: IntLit(0)}) for s in body]
+        return self._over_vectors(body)
+
+    def _over_vectors(self, body: list) -> list:
+        """`body` (over the vector u of a thread's tile) for each of its vectors."""
+        u = Var("u")
         if self.U > 1:
             return [For(u, IntLit(self.U), body, unroll=True, dtype=DataType.Int32)]
         return [kir.substitute_stmt(s, {u: IntLit(0)}) for s in body]
@@ -434,7 +439,7 @@ class InnerOuterLowering(ReductionLowering):
                 body.append(kir.CpAsyncWait(k - 2))
                 waited = True
             if reread:  # only the loads of rows that are not staged stay here
-                body.extend(_without(x, set(stages)))
+                body.extend(_only(x, set(stages), keep=False))
             else:
                 body.append(rewrite(x, False, it % k))
             if i == last:  # the rows k - 1 iterations ahead, copied now
@@ -521,11 +526,7 @@ class InnerOuterLowering(ReductionLowering):
                                        kir.AddressOf(Element(Var(name), u * self.V))))
         col = (u * self.p.bdx + _tid(ParallelType.TIDx)) * self.V
         writer = kir.all_of([eq(_tid(ParallelType.TIDy), u % self.p.bdy), lt(Var("col"), self.n_cols)])
-        body = [Decl("col", None, None, col), If(writer, writes)]
-        if self.U > 1:
-            self.body.append(For(u, IntLit(self.U), body, unroll=True, dtype=DataType.Int32))
-        else:
-            self.body.extend(kir.substitute_stmt(x, {u: IntLit(0)}) for x in body)
+        self.body.extend(self._over_vectors([Decl("col", None, None, col), If(writer, writes)]))
 
     def _columns(self, blocks: kir.Expr) -> None:
         """The final phase of the reductions across all rows: blocks take COLUMNS_PER_STEP
@@ -635,23 +636,14 @@ def _walk(stmts: list):
             yield from _walk(x.orelse or [])
 
 
-def _only(stmt, names: set[str]) -> list:
+def _only(stmt, names: set[str], keep: bool = True) -> list:
     """`stmt` keeping only the innermost statements that mention one of `names` (loads of
-    those registers), and the loops and conditions around them; [] when none does."""
+    those registers), or with `keep` False only those that mention none, and the loops and
+    conditions around them; [] when none is left."""
     field = "then" if isinstance(stmt, If) else "body" if isinstance(stmt, For) else None
     if field is None:
-        return [stmt] if _names(stmt) & names else []
-    inner = [y for x in getattr(stmt, field) for y in _only(x, names)]
-    return [dataclasses.replace(stmt, **{field: inner})] if inner else []
-
-
-def _without(stmt, names: set[str]) -> list:
-    """`stmt` without the innermost statements that mention one of `names`, and without
-    the loops and conditions left empty: [] when nothing else is left."""
-    field = "then" if isinstance(stmt, If) else "body" if isinstance(stmt, For) else None
-    if field is None:
-        return [] if _names(stmt) & names else [stmt]
-    inner = [y for x in getattr(stmt, field) for y in _without(x, names)]
+        return [stmt] if bool(_names(stmt) & names) == keep else []
+    inner = [y for x in getattr(stmt, field) for y in _only(x, names, keep)]
     return [dataclasses.replace(stmt, **{field: inner})] if inner else []
 
 
