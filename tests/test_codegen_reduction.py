@@ -38,13 +38,20 @@ def _var_mean(dims):
     return build
 
 
-def _softmax(fd):
-    t0 = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.BFloat16)
-    x = fd.ops.cast(t0, DataType.Float)
-    m = fd.ops.max(x, dims=[1], keepdim=True)
-    e = fd.ops.exp(fd.ops.sub(x, m))
-    s = fd.ops.sum(e, dims=[1], keepdim=True)
-    fd.add_output(fd.ops.cast(fd.ops.div(e, s), DataType.BFloat16))
+def _softmax_of(dtype):
+    """Softmax over the last dim of a 2D `dtype` (bf16 or fp32) input, in float."""
+    def build(fd):
+        dt = DataType.BFloat16 if dtype == torch.bfloat16 else DataType.Float
+        t0 = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=dt)
+        x = fd.ops.cast(t0, DataType.Float)
+        m = fd.ops.max(x, dims=[1], keepdim=True)
+        e = fd.ops.exp(fd.ops.sub(x, m))
+        s = fd.ops.sum(e, dims=[1], keepdim=True)
+        fd.add_output(fd.ops.cast(fd.ops.div(e, s), dt))
+    return build
+
+
+_softmax = _softmax_of(torch.bfloat16)
 
 
 def _rms_norm(fd):
@@ -115,6 +122,29 @@ def test_outer_sum_reduces_over_threadIdx_y():
     # a thread's 4 columns (its vector's lanes) combine over the block in one call
     assert src.count("fuser::block_allreduce_tile_y(acc") == 1 and "fuser::load_vec<float, 4>" in src
     assert "block_allreduce_y(" not in src
+
+
+def test_few_columns_and_rows_spread_over_narrow_tall_blocks():
+    # sum over dim 0 of [128, 1000]: 125 vectors of columns in 4-wide blocks (32 blocks, not
+    # 8), every row loaded in one step of 32 thread rows x 4
+    src, _ = _code(_sum([0]), [_meta((128, 1000))])
+    assert re.search(r"__launch_bounds__\(128\)", src) and "blockIdx.x) * 4 + ((nvfuser_index_t)threadIdx.x)) * 4" in src
+    assert "(i0 + 128 - 1) / 128" in src and "float r0[16];" in src
+    # with rows enough to split over blocks, the wide block stays
+    src, _ = _code(_sum([0]), [_meta((16384, 1000))])
+    assert "blockIdx.x) * 16 + ((nvfuser_index_t)threadIdx.x)) * 4" in src and "grid_arrive" in src
+
+
+@pytest.mark.parametrize("dtype,per_thread", [(torch.bfloat16, 8), (torch.float32, 8)])
+def test_few_rows_take_a_block_each_and_more_threads_a_row(dtype, per_thread):
+    # softmax over [128, 1000]: 128 blocks of 128 threads holding 8 elements each, where
+    # rows enough take 4 rows of 64 threads holding 16
+    ctype = "__bfloat" if dtype == torch.bfloat16 else "float"
+    src, _ = _code(_softmax_of(dtype), [_meta((128, 1000), dtype)])
+    assert re.search(r"__launch_bounds__\(128(, \d+)?\)", src) and f"{ctype} r0[{per_thread}];" in src
+    assert "blockIdx.x) * 1 + ((nvfuser_index_t)threadIdx.y)" in src
+    src, _ = _code(_softmax_of(dtype), [_meta((16384, 1000), dtype)])
+    assert re.search(r"__launch_bounds__\(256(, \d+)?\)", src) and f"{ctype} r0[16];" in src
 
 
 def test_outer_grid_reduction_combines_a_thread_s_lanes_together():
@@ -321,3 +351,4 @@ def test_a_register_cap_that_spills_is_dropped_when_the_kernel_loads(monkeypatch
     k.load()
     assert loaded == [40, 0]
     assert k.kernel.min_blocks == 0 and "__launch_bounds__(256)" in k.source
+
