@@ -285,6 +285,29 @@ CASES.append(Case("sum_int32_dtype_int32", lambda d: [rand(*OPS_SHAPE, dtype=tor
                   lambda fd, x: [fd.ops.sum(x, [0], dtype=DataType.Int32)],
                   lambda x: [torch.sum(x, [0], dtype=torch.int32)]))
 
+# max / min over negated ints (GPU fuzz seed 9302 case 278): ptxas fused the signed max
+# chain into VIMNMX3 and dropped a negation; the header compares ints in the unsigned order
+def _negated_int_cases() -> list[Case]:
+    out = []
+    for dt in INTS:
+        for shape in ((4, 4), (130, 1025), (1000, 128)):
+            tag = f"{_TAG[dt]}_{shape[0]}x{shape[1]}"
+            out.append(Case(f"max_negated_cast_int32_{tag}", lambda d, dt=dt, shape=shape: [rand(*shape, dtype=dt, device=d)],
+                            lambda fd, x: [fd.ops.max(fd.ops.cast(fd.ops.neg(x), dtype=DataType.Int32), dims=[1])],
+                            lambda x: [torch.amax((-x).to(torch.int32), dim=[1])]))
+            out.append(Case(f"min_negated_{tag}", lambda d, dt=dt, shape=shape: [rand(*shape, dtype=dt, device=d)],
+                            lambda fd, x: [fd.ops.min(fd.ops.neg(x), dims=[0])],
+                            lambda x: [torch.amin(-x, dim=[0])]))
+            out.append(Case(f"max_clamped_negated_{tag}", lambda d, dt=dt, shape=shape: [rand(*shape, dtype=dt, device=d)],
+                            lambda fd, x: [fd.ops.max(fd.ops.clamp(fd.ops.neg(x), -3, 4), dims=[1]),
+                                           fd.ops.max(fd.ops.abs(x), dims=[1])],
+                            lambda x: [torch.amax(torch.clamp(-x, -3, 4), dim=[1]), torch.amax(torch.abs(x), dim=[1])]))
+    return out
+
+
+CASES += _negated_int_cases()
+
+
 # ----------------------------------------------------------------------------------------------
 # reduced-dim sets: inner, outer, middle, all, adjacent pairs, several non-adjacent
 

@@ -3,6 +3,8 @@ made from meta tensors of many shapes (inner and outer reductions, grid reductio
 Welford, softmax and the norms), compiles with nvcc for sm_90, and the schedule's choices
 show in the code (vector loads, block and grid reductions)."""
 import re
+import shutil
+import subprocess
 
 import pytest
 import torch
@@ -352,3 +354,27 @@ def test_a_register_cap_that_spills_is_dropped_when_the_kernel_loads(monkeypatch
     assert loaded == [40, 0]
     assert k.kernel.min_blocks == 0 and "__launch_bounds__(256)" in k.source
 
+
+@pytest.mark.nvcc
+def test_int_max_and_min_keep_their_negated_operands(tmp_path):
+    # ptxas (CUDA 12.8 to 13.3, sm_90) fuses a chain of signed int max / min into VIMNMX3 and
+    # can drop a negated source (GPU fuzz seed 9302 case 278: max over dim 1 of int32(-x)
+    # gave max(x0, -x1) per thread): the header compares ints in the unsigned order, which
+    # ptxas lowers to the unsigned forms with each negation an instruction of its own
+    cuobjdump = shutil.which("cuobjdump")
+    if cuobjdump is None:
+        pytest.skip("needs cuobjdump (the CUDA toolkit's) to read the SASS")
+
+    def negated_max(fd):
+        x = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Int)
+        fd.add_output(fd.ops.max(fd.ops.cast(fd.ops.neg(x), DataType.Int32), dims=[1]))
+        fd.add_output(fd.ops.min(fd.ops.clamp(fd.ops.neg(x), -3, 4), dims=[1]))
+        fd.add_output(fd.ops.max(fd.ops.relu(fd.ops.cast(fd.ops.neg(x), DataType.Int32)), dims=[1]))
+
+    src, _ = _code(negated_max, [_meta((4, 4), torch.int64)])
+    cubin = tmp_path / "k.cubin"
+    cubin.write_bytes(compile_all([src]))
+    sass = subprocess.run([cuobjdump, "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
+    # (a signed two-input VIMNMX stays: the index math's max(steps, 1))
+    fused = re.findall(r"\b(VIMNMX3|VIADDMNMX)(\.U32)?\b", sass)
+    assert fused and all(u == ".U32" for _, u in fused), sorted(set(fused))

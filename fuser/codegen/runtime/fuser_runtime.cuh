@@ -444,10 +444,18 @@ FUSER_DEVICE double sigmoid(double x) { return 1.0 / (1.0 + ::exp(-x)); }
 FUSER_DEVICE float silu(float x) { return x / (1.0f + ::expf(-x)); }
 FUSER_DEVICE double silu(double x) { return x / (1.0 + ::exp(-x)); }
 
+// Signed ints compared in the unsigned order (a ^ 0x80000000 keeps the signed order), as
+// relu, maximum, minimum and clamp do: ptxas (CUDA 12.8 to 13.3, sm_90) fuses chains of
+// signed int max / min into VIMNMX3 and can drop a negated source: max(max(acc, -a), -b)
+// ran as max(max(acc, a), -b) (a max reduction over a negated int row gave wrong totals on
+// an H100 and an H200; pytorch/pytorch#190973). In the unsigned form every negation stays
+// an instruction of its own.
+FUSER_DEVICE unsigned int signed_order(int a) { return (unsigned int)a ^ 0x80000000u; }
+
 // relu keeps NaN (torch's clamp_min(x, 0))
 FUSER_DEVICE float relu(float x) { return x != x ? x : (x > 0.0f ? x : 0.0f); }
 FUSER_DEVICE double relu(double x) { return x != x ? x : (x > 0.0 ? x : 0.0); }
-FUSER_DEVICE int relu(int x) { return x > 0 ? x : 0; }
+FUSER_DEVICE int relu(int x) { return signed_order(x) > 0x80000000u ? x : 0; }
 FUSER_DEVICE long long relu(long long x) { return x > 0 ? x : 0LL; }
 
 // (0 < x) - (x < 0): sign(NaN) = 0, sign(-0.0) = 0; sign of a bool is itself
@@ -547,9 +555,16 @@ FUSER_DEVICE float maximum(float a, float b) { return a != a ? a : (b != b ? b :
 FUSER_DEVICE double maximum(double a, double b) { return a != a ? a : (b != b ? b : ::fmax(a, b)); }
 FUSER_DEVICE float minimum(float a, float b) { return a != a ? a : (b != b ? b : ::fminf(a, b)); }
 FUSER_DEVICE double minimum(double a, double b) { return a != a ? a : (b != b ? b : ::fmin(a, b)); }
-FUSER_DEVICE int maximum(int a, int b) { return a > b ? a : b; }
+// int: compared in the unsigned order (see signed_order)
+FUSER_DEVICE int maximum(int a, int b) {
+  const unsigned int ua = signed_order(a), ub = signed_order(b);
+  return (int)((ua > ub ? ua : ub) ^ 0x80000000u);
+}
 FUSER_DEVICE long long maximum(long long a, long long b) { return a > b ? a : b; }
-FUSER_DEVICE int minimum(int a, int b) { return a < b ? a : b; }
+FUSER_DEVICE int minimum(int a, int b) {
+  const unsigned int ua = signed_order(a), ub = signed_order(b);
+  return (int)((ua < ub ? ua : ub) ^ 0x80000000u);
+}
 FUSER_DEVICE long long minimum(long long a, long long b) { return a < b ? a : b; }
 FUSER_DEVICE bool maximum(bool a, bool b) { return a || b; }
 FUSER_DEVICE bool minimum(bool a, bool b) { return a && b; }
