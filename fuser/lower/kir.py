@@ -267,6 +267,12 @@ class Lookup(Expr):
     dtype: DataType
 
 
+def value_bytes(dtype: DataType, welford: bool = False) -> int:
+    """Bytes of one `dtype` value in a kernel, or with `welford` of one Welford accumulator
+    of them (fuser::Welford<T>: mean and M2 of T, a 64-bit count; a multiple of 8 bytes)."""
+    return -(-(2 * dtype.itemsize + 8) // 8) * 8 if welford else dtype.itemsize
+
+
 def as_expr(x: Expr | int) -> Expr:
     """`x`, with a Python int made an IntLit."""
     return IntLit(x) if isinstance(x, int) else x

@@ -7,7 +7,7 @@ from typing import Any
 from fuser.ir import DataType, Scalar, TensorView, Val
 
 from .errors import NotLowerable
-from .kir import Param
+from .kir import Param, value_bytes
 
 #: struct format letters of the index type and of integer scalars by size
 _INDEX_FMT = {"int32": "i", "int64": "q"}
@@ -85,7 +85,7 @@ class ParamTable:
         """A grid reduction's global buffer of partials: `slots` values (Welford
         accumulators with `welford`) of `dtype` per block and `fixed` more, allocated at
         each launch."""
-        elem = dtype.itemsize * 2 + 8 if welford else dtype.itemsize
+        elem = value_bytes(dtype, welford)
         return self._get(("work", name), lambda: Param(name, "work", (elem, slots, fixed), "P", dtype, pointer=True,
                                                       welford=welford))
 

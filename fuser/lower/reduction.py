@@ -718,8 +718,7 @@ class ReductionLowering:
         TILE_SMEM_BYTES, else one lane at a time."""
         if self.p.inner or self.reduced_tile == 1 or self.p.bdy == 1:
             return False
-        size = -(-(2 * dtype.itemsize + 8) // 8) * 8 if welford else dtype.itemsize  # (Welford<T>: avg, m2, n)
-        return self.reduced_tile * self.p.bdx * self.p.bdy * size <= TILE_SMEM_BYTES
+        return self.reduced_tile * self.p.bdx * self.p.bdy * kir.value_bytes(dtype, welford) <= TILE_SMEM_BYTES
 
     def _slots(self) -> int:
         return self.p.bdy if self.p.inner else self.p.bdx * self.V

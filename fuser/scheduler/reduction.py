@@ -336,13 +336,12 @@ def heuristics(sub: SubFusion, geo: ReductionGeometry, vectorize: int) -> Reduct
     while bdx < 64 and -(-col_vecs // (2 * bdx)) >= sms // 2:
         bdx *= 2
     bdy = max(1, min(BLOCK_THREADS // bdx, _pow2_ceil(cols)))
-    unroll = max(1, min(UNROLL, _pow2_floor(max(1, cols // bdy))))
     # the blocks sharing a row are counted as for 16-wide blocks, whatever the width (seed
     # 001: 64 x 4 threads with the 3 that gives ran in 98 us, with the 10 counted for their
     # own width in 113 us)
     n_bdy = max(1, min(BLOCK_THREADS // narrow, _pow2_ceil(cols)))
     blocks = -(-col_vecs // narrow)
-    steps = -(-cols // (n_bdy * max(1, min(UNROLL, _pow2_floor(max(1, cols // n_bdy))))))
+    steps = -(-cols // (n_bdy * _rows_unroll(cols, n_bdy)))
     # blocks share a row until there are about three per SM: more only add partials to
     # combine (sum over dim 0 of [16384, 4096] bf16: 82.5% of copy with 12 blocks per row,
     # 81.4% with 16, 74.8% with 33; fp32 [16384, 8192]: 99.1-99.6% from 4 to 16)
@@ -356,8 +355,13 @@ def heuristics(sub: SubFusion, geo: ReductionGeometry, vectorize: int) -> Reduct
         while bdx > FEW_COLUMNS_MIN_BDX and -(-col_vecs // bdx) < sms:
             bdx //= 2
         bdy = max(1, min(BLOCK_THREADS // bdx, _pow2_ceil(-(-cols // UNROLL))))
-        unroll = max(1, min(UNROLL, _pow2_floor(max(1, cols // bdy))))
-    return ReductionParams(False, False, vectorize, bdx, bdy, unroll, grid_y, info.index_type)
+    return ReductionParams(False, False, vectorize, bdx, bdy, _rows_unroll(cols, bdy), grid_y, info.index_type)
+
+
+def _rows_unroll(rows: int, bdy: int) -> int:
+    """Rows each thread of an outer reduction loads per step: UNROLL at most, a power of
+    two no more than its share of `rows` over `bdy` thread rows."""
+    return max(1, min(UNROLL, _pow2_floor(max(1, rows // bdy))))
 
 
 def schedule(fusion: Fusion, geo: ReductionGeometry) -> None:
