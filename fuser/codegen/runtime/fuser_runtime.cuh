@@ -550,10 +550,28 @@ FUSER_DEVICE double pow(double a, double b) { return ::pow(a, b); }
 FUSER_DEVICE float atan2(float a, float b) { return ::atan2f(a, b); }
 FUSER_DEVICE double atan2(double a, double b) { return ::atan2(a, b); }
 
-// torch.maximum / minimum: NaN propagates from either side
-FUSER_DEVICE float maximum(float a, float b) { return a != a ? a : (b != b ? b : ::fmaxf(a, b)); }
+// torch.maximum / minimum: NaN propagates from either side. float: PTX max.NaN / min.NaN
+// (sm_80 on), one FMNMX.NAN, where the NaN tests compiled to a branch per element (a max
+// over 8 floats: 77 SASS instructions and 9 branches against 28 and 1)
+FUSER_DEVICE float maximum(float a, float b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  float r;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+#else
+  return a != a ? a : (b != b ? b : ::fmaxf(a, b));
+#endif
+}
 FUSER_DEVICE double maximum(double a, double b) { return a != a ? a : (b != b ? b : ::fmax(a, b)); }
-FUSER_DEVICE float minimum(float a, float b) { return a != a ? a : (b != b ? b : ::fminf(a, b)); }
+FUSER_DEVICE float minimum(float a, float b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  float r;
+  asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+#else
+  return a != a ? a : (b != b ? b : ::fminf(a, b));
+#endif
+}
 FUSER_DEVICE double minimum(double a, double b) { return a != a ? a : (b != b ? b : ::fmin(a, b)); }
 // int: compared in the unsigned order (see signed_order)
 FUSER_DEVICE int maximum(int a, int b) {
