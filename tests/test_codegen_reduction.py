@@ -123,7 +123,7 @@ def test_outer_sum_reduces_over_threadIdx_y():
     src, _ = _code(_sum([0]), [_meta((16384, 8192))])
     # a thread's 4 columns (its vector's lanes) combine over the block in one call
     assert src.count("fuser::block_allreduce_tile_y(acc") == 1 and "fuser::load_vec<float, 4>" in src
-    assert "block_allreduce_y(" not in src
+    assert "block_allreduce_y" not in src
 
 
 def test_few_columns_and_rows_spread_over_narrow_tall_blocks():
@@ -135,6 +135,32 @@ def test_few_columns_and_rows_spread_over_narrow_tall_blocks():
     # with rows enough to split over blocks, the wide block stays
     src, _ = _code(_sum([0]), [_meta((16384, 1000))])
     assert "blockIdx.x) * 16 + ((nvfuser_index_t)threadIdx.x)) * 4" in src and "grid_arrive" in src
+
+
+def test_outer_reduction_takes_narrow_blocks_rather_than_sharing_rows():
+    # sum over dim 0 of [2048, 16384]: 8 threads of 4-element vectors across a block (512
+    # blocks, no partials across blocks), where 16-wide blocks would need 4 blocks a row
+    for dtype, ctype in [(DataType.BFloat16, "__bfloat"), (DataType.Float, "float")]:
+        tdtype = torch.bfloat16 if dtype == DataType.BFloat16 else torch.float32
+        src, _ = _code(_sum([0], dtype), [_meta((2048, 16384), tdtype)])
+        assert "blockIdx.x) * 8 + ((nvfuser_index_t)threadIdx.x)) * 4" in src, dtype
+        assert f"load_vec<{ctype}, 4>" in src and "grid_" not in src, dtype
+    # too few columns for that even with 4-element vectors: the rows are shared
+    src, _ = _code(_sum([0]), [_meta((16384, 1024))])
+    assert "grid_arrive" in src
+
+
+def test_welford_rows_too_few_take_a_block_each():
+    # var_mean over [128, 1000] fp32: 128 blocks of 128 threads holding 8 elements each;
+    # with rows enough, 2 rows of 64 threads a block stay
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float)
+        v, m = fd.ops.var_mean(x, [1], correction=1)
+        fd.add_output(v)
+        fd.add_output(m)
+    src = fd.cuda_code_for([_meta((128, 1000))])
+    assert re.search(r"__launch_bounds__\(128\)", src) and "float r0[8];" in src
+    assert "blockIdx.x) * 1 + ((nvfuser_index_t)threadIdx.y)" in src
 
 
 @pytest.mark.parametrize("dtype,per_thread", [(torch.bfloat16, 8), (torch.float32, 8)])
@@ -193,11 +219,24 @@ def test_persistent_passes_recompute_from_the_loaded_row():
 def test_persistent_block_reductions_alternate_scratch_without_a_trailing_barrier():
     src, _ = _code(_softmax, [_meta((16384, 4096), torch.bfloat16)])
     calls = [line for line in src.splitlines() if "block_allreduce_x" in line]
-    assert len(calls) == 2 and all("block_allreduce_x<false>" in c for c in calls)
+    assert len(calls) == 2 and all("block_allreduce_x<false, 256>" in c for c in calls)
     assert calls[0].rstrip().endswith("smem_Float);") and calls[1].rstrip().endswith("smem_Float_b);")
     # a (non-persistent) reduction kernel keeps the barrier that frees its scratch
     src, _ = _code(_sum([1]), [_meta((16384, 4096))])
-    assert "block_allreduce_x(" in src and "<false>" not in src
+    assert "block_allreduce_x<true, " in src and "<false" not in src
+
+
+def test_block_reductions_take_a_row_of_at_most_256_threads_as_a_constant():
+    """The warp loop unrolls for rows up to FIXED_BDX_MAX threads; wider rows read
+    blockDim.x (the constant made 512-thread LayerNorm rows spill and run slower)."""
+    cases = [((128, 1000), 128), ((16384, 4096), 256), ((2048, 16384), 512)]
+    for shape, bdx in cases:
+        src, _ = _code(_layer_norm, [_meta(shape, torch.float16)])
+        assert re.search(rf"__launch_bounds__\({bdx}(, \d+)?\)", src), shape  # one row a block
+        calls = [line for line in src.splitlines() if "block_allreduce_x" in line]
+        assert calls
+        want = f"block_allreduce_x<false, {bdx}>(" if bdx <= 256 else "block_allreduce_x<false>("
+        assert all(want in c for c in calls), (shape, calls)
 
 
 @pytest.mark.parametrize("cols,threads,per_thread", [(4096, 256, 16), (8192, 256, 32), (16384, 512, 32),

@@ -89,6 +89,12 @@ _COSTLY_UNARY = frozenset({
 #: the block at once (see ReductionLowering._tiled); a persistent kernel takes two
 TILE_SMEM_BYTES = 16 * 1024
 
+#: widest block row (threads) whose block reductions take blockDim.x as a constant; wider
+#: ones read it at run time: on an H100 the constant made LayerNorm forward with 512 or
+#: 1024 threads a row 10-31% slower (bf16 [2048, 16384] 48.5 -> 63.5 us, fp32 [8192, 8192]
+#: 180.9 -> 211.9 us) while softmax forward bf16 [16384, 4096] gained 6%
+FIXED_BDX_MAX = 256
+
 
 def _costly(e) -> bool:
     if isinstance(e, UnaryOp):
@@ -706,11 +712,9 @@ class ReductionLowering:
                               bdx=self._fixed_bdx())
 
     def _fixed_bdx(self) -> int:
-        """blockDim.x for the block reductions to take as a constant, or 0 to read it at
-        run time. 0 here: on an H100, the constant made LayerNorm forward with 512 or 1024
-        threads a row 10-31% slower (bf16 [2048, 16384] 48.5 -> 63.5 us, fp32 [8192, 8192]
-        180.9 -> 211.9 us) while softmax forward bf16 [16384, 4096] gained 6%."""
-        return 0
+        """blockDim.x for the block reductions to take as a constant (their loop over warps
+        unrolls), or 0 to read it at run time: see FIXED_BDX_MAX."""
+        return self.p.bdx if self.p.bdx <= FIXED_BDX_MAX else 0
 
     def _tiled(self, dtype: DataType, welford: bool) -> bool:
         """A column reduction's vector lanes are combined over the block together (one

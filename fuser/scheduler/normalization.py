@@ -180,7 +180,7 @@ def _outer_result_reaches_rows(sub: SubFusion, outer) -> bool:
 
 # --- heuristics ---------------------------------------------------------------------------------
 
-from .reduction import BLOCK_THREADS, ReductionGeometry, ReductionParams, _pow2_ceil  # noqa: E402
+from .reduction import BLOCK_THREADS, ReductionGeometry, ReductionParams, _pow2_ceil, few_rows_threads  # noqa: E402
 from .runtime_info import DeviceLimits  # noqa: E402
 
 #: elements of a row each thread holds, as aimed for and at most: on an H100, 16 per
@@ -225,22 +225,12 @@ def inner_persistent_heuristics(sub: SubFusion, geo: ReductionGeometry, vectoriz
     bdy = max(1, min(BLOCK_THREADS // bdx, _pow2_ceil(geo.n_iter)))
     sms = info.device_limits.sm_count
     if -(-geo.n_iter // bdy) < sms:
-        # too few rows to give every SM a block: a row a block, and the row over more
-        # threads, each holding at most FEW_ROWS_ELEMENTS (latency, not bandwidth, is
-        # what is left: H100, [128, 1000] softmax bf16 3.47 -> 3.09 us, fp32 3.63 -> 3.09,
-        # LayerNorm bf16 3.09 -> 2.90)
-        bdy = 1
-        while batch * vectorize > FEW_ROWS_ELEMENTS and bdx < FEW_ROWS_MAX_BDX:
-            bdx *= 2
-            batch = -(-vecs // bdx)
+        # too few rows to give every SM a block: a row a block, over more threads
+        # (LayerNorm bf16 [128, 1000] 3.09 -> 2.90 us on an H100)
+        bdy, bdx = 1, few_rows_threads(vecs, vectorize, bdx)
+        batch = -(-vecs // bdx)
     return ReductionParams(True, True, vectorize, bdx, bdy, batch, 1, info.index_type,
                            persistent_min_blocks(info.device_limits, bdx * bdy, batch * vectorize * held))
-
-
-#: elements of its row a thread of an inner-persistent kernel holds at most, and threads per
-#: row at most for that, where the rows are too few to give every SM a block
-FEW_ROWS_ELEMENTS = 8
-FEW_ROWS_MAX_BDX = 128
 
 
 #: registers a persistent kernel's thread needs besides its held row: indices, the

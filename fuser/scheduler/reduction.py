@@ -267,6 +267,14 @@ OUTER_BLOCKS_PER_SM = 3
 #: threads across the columns of an outer reduction's block at least, where the columns are
 #: too few to give every SM a block
 FEW_COLUMNS_MIN_BDX = 4
+#: threads across the columns of an outer reduction's block that takes narrow blocks rather
+#: than blocks sharing rows, and the shortest vector it narrows them to for that
+NARROW_BDX = 8
+NARROW_MIN_VECTOR = 4
+#: elements of its row a thread holds at most, and threads per row at most for that, where
+#: the rows are too few to give every SM a block (see few_rows_threads)
+FEW_ROWS_ELEMENTS = 8
+FEW_ROWS_MAX_BDX = 128
 
 
 def _spread(rows: int, sms: int, bdy: int) -> tuple[int, bool]:
@@ -294,12 +302,12 @@ def heuristics(sub: SubFusion, geo: ReductionGeometry, vectorize: int) -> Reduct
             # best with Welford, bf16 [16384, 1024] 106.6% against 80.4%
             per = max(1, HELD_ELEMENTS // vectorize)  # vectors a thread holds
             bdx = max(32, min(256, _pow2_ceil(-(-vecs // per))))
-            unroll = -(-vecs // bdx)
             bdy, few = _spread(rows, sms, max(1, min(BLOCK_THREADS // bdx, _pow2_ceil(rows))))
-            if few and unroll > UNROLL and bdx < 256:
-                bdx = bdx * 2
-                unroll = -(-vecs // bdx)
-            return ReductionParams(True, True, vectorize, bdx, bdy, unroll, 1, info.index_type)
+            if few:
+                # a row a block (H100, var_mean fp32 [128, 1000]: 2.75 us with 64 x 2 threads
+                # a block, 2.49 with 128 x 1)
+                bdy, bdx = 1, few_rows_threads(vecs, vectorize, bdx)
+            return ReductionParams(True, True, vectorize, bdx, bdy, -(-vecs // bdx), 1, info.index_type)
         if welford:
             # combining Welford triples across threads costs far more than float sums:
             # narrow rows of threads (a vector step of 256 elements) with more serial steps
@@ -347,7 +355,17 @@ def heuristics(sub: SubFusion, geo: ReductionGeometry, vectorize: int) -> Reduct
     # 81.4% with 16, 74.8% with 33; fp32 [16384, 8192]: 99.1-99.6% from 4 to 16)
     grid_y = 1
     if blocks < OUTER_BLOCKS_PER_SM * sms and steps > 8:
-        grid_y = max(1, min(-(-OUTER_BLOCKS_PER_SM * sms // blocks), steps // 4, 1024))
+        narrow_vec = vectorize
+        while narrow_vec > NARROW_MIN_VECTOR and _outer_blocks(rows, narrow_vec) < OUTER_BLOCKS_PER_SM * sms:
+            narrow_vec //= 2
+        if _outer_blocks(rows, narrow_vec) >= OUTER_BLOCKS_PER_SM * sms:
+            # narrow blocks (and shorter vectors) give the grid its blocks without sharing
+            # rows, so no partials to combine across blocks (H100, sum over dim 0 of [2048,
+            # 16384]: bf16 28.79 -> 27.43 us, fp32 50.16 -> 47.41)
+            vectorize, bdx = narrow_vec, NARROW_BDX
+            bdy = max(1, min(BLOCK_THREADS // bdx, _pow2_ceil(cols)))
+        else:
+            grid_y = max(1, min(-(-OUTER_BLOCKS_PER_SM * sms // blocks), steps // 4, 1024))
     elif blocks < sms:
         # few columns and few rows: narrower blocks spread the columns over more SMs, and
         # taller ones load every row in one step (H100, sum over dim 0 of [128, 1000]: bf16
@@ -356,6 +374,22 @@ def heuristics(sub: SubFusion, geo: ReductionGeometry, vectorize: int) -> Reduct
             bdx //= 2
         bdy = max(1, min(BLOCK_THREADS // bdx, _pow2_ceil(-(-cols // UNROLL))))
     return ReductionParams(False, False, vectorize, bdx, bdy, _rows_unroll(cols, bdy), grid_y, info.index_type)
+
+
+def _outer_blocks(columns: int, vectorize: int) -> int:
+    """Blocks of an outer reduction over `columns` kept elements with NARROW_BDX threads
+    of `vectorize` elements across each block."""
+    return -(-columns // (vectorize * NARROW_BDX))
+
+
+def few_rows_threads(vecs: int, vectorize: int, bdx: int) -> int:
+    """Threads across a row of `vecs` vectors, from `bdx` up, where the rows are too few to
+    give every SM a block (one row a block): doubled up to FEW_ROWS_MAX_BDX while each
+    thread would hold more than FEW_ROWS_ELEMENTS elements (latency, not bandwidth, is what
+    is left: H100, [128, 1000] softmax bf16 3.47 -> 3.09 us, fp32 3.63 -> 3.09)."""
+    while -(-vecs // bdx) * vectorize > FEW_ROWS_ELEMENTS and bdx < FEW_ROWS_MAX_BDX:
+        bdx *= 2
+    return bdx
 
 
 def _rows_unroll(rows: int, bdy: int) -> int:
