@@ -153,6 +153,11 @@ def test_compare_output_tolerances():
     assert "1 of 4" in gpu_fuzz.compare_output(0, "t", bad, got, t, [])
     noisy = t + torch.tensor([0.0, 0.005, 0.0, 0.0], dtype=torch.float64)
     assert gpu_fuzz.compare_output(0, "t", bad, got, t, [noisy]) is None
+    # a perturbed run that reaches NaN where the truth is finite: too ill-conditioned to
+    # judge, whatever another run measured; NaN or inf where the truth has them measures 0
+    nan_run = t + torch.tensor([0.0, float("nan"), 0.0, 0.0], dtype=torch.float64)
+    assert gpu_fuzz.compare_output(0, "t", bad, got, t, [torch.zeros(4, dtype=torch.float64) + t, nan_run]) is None
+    assert "1 of 4" in gpu_fuzz.compare_output(0, "t", bad, got, t, [t.clone(), t.clone()])
     assert "dtype" in gpu_fuzz.compare_output(0, "t", got.half(), got, t, [])
     assert "shape" in gpu_fuzz.compare_output(0, "t", got[:2], got, t, [])
     nan_moved = torch.tensor([float("nan"), 2.0, 3.0, float("inf")])
