@@ -363,6 +363,12 @@ CASES.append(_red_case("sum_fp32_inner_many_rows", "sum", lambda d: rand(1 << 20
                        big=True))
 CASES.append(_red_case("sum_fp32_outer_few_columns", "sum", lambda d: rand(1 << 21, 5, device=d), [0], (1 << 21, 5),
                        big=True))
+# outer reductions over columns enough for narrow blocks of shorter vectors (no grid split),
+# with a partial last block
+for _dt, _cols in ((torch.bfloat16, 16392), (torch.float32, 16388)):
+    CASES.append(_red_case(f"sum_{_TAG[_dt]}_outer_narrow_blocks", "sum",
+                           lambda d, dt=_dt, c=_cols: rand(1000, c, dtype=dt, device=d), [0], (1000, _cols), big=True))
+CASES.append(_var_mean_case("var_mean_c1_fp32_outer_narrow_blocks", torch.float32, (1000, 16388), [0], 1, big=True))
 
 # ----------------------------------------------------------------------------------------------
 # zero-size inputs: an empty kept dim (empty output) and an empty reduced dim (the identity)

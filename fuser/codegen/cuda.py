@@ -131,7 +131,8 @@ def statements(stmts: list[Stmt], out: list[str], depth: int) -> None:
                 statements(s.orelse, out, depth + 1)
             out.append(f"{pad}}}")
         elif isinstance(s, VecLoad):
-            out.append(f"{pad}fuser::load_vec<{ctype(s.dtype)}, {s.n}>({expr(s.dst)}, {expr(s.src)});")
+            load = "load_vec_stream" if s.stream else "load_vec"
+            out.append(f"{pad}fuser::{load}<{ctype(s.dtype)}, {s.n}>({expr(s.dst)}, {expr(s.src)});")
         elif isinstance(s, VecStore):
             out.append(f"{pad}fuser::store_vec<{ctype(s.dtype)}, {s.n}>({expr(s.dst)}, {expr(s.src)});")
         elif isinstance(s, Comment):

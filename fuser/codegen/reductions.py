@@ -33,12 +33,12 @@ def welford_merge(s: WelfordMerge) -> list[str]:
 def block_allreduce(s: BlockAllReduce) -> list[str]:
     which = {ParallelType.TIDx: "x", ParallelType.TIDy: "y"}[s.over]
     free = "" if s.free_after else "<false>"
+    if s.bdx:
+        free = f"<{'true' if s.free_after else 'false'}, {s.bdx}>"
     if s.tile:
         if s.over != ParallelType.TIDy or s.out != s.value:
             raise ValueError("a tile block reduction combines a register array in place over threadIdx.y")
         return [f"fuser::block_allreduce_tile_y{free}({expr(s.value)}, {combine(s.op, s.dtype)}, {expr(s.smem)});"]
-    if s.bdx and s.over == ParallelType.TIDx:
-        free = f"<{'true' if s.free_after else 'false'}, {s.bdx}>"
     return [f"{expr(s.out)} = fuser::block_allreduce_{which}{free}({expr(s.value)}, {combine(s.op, s.dtype)}, "
             f"{expr(s.smem)});"]
 

@@ -350,12 +350,14 @@ class If:
 @dataclass
 class VecLoad:
     """`n` consecutive elements of `dtype` from address `src` to register address `dst`, in
-    one access."""
+    one access. `stream`: data the kernel reads once, loaded evict-first
+    (`fuser::load_vec_stream`)."""
 
     dtype: DataType
     n: int
     dst: Expr
     src: Expr
+    stream: bool = False
 
 
 @dataclass

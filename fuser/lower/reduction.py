@@ -618,6 +618,13 @@ class ReductionLowering:
                      kir.WelfordMerge(acc, Var(tmean), Var(tm2), at(tcnt))]
         return decls, per_value, merge
 
+    def _stream_loads(self) -> bool:
+        """Whether the full inputs load evict-first: where the kernel writes no full-size
+        output (H100: sum inner fp32 [16384, 1024] 24.77 -> 23.87 us, var_mean fp32
+        [16384, 1024] 25.55 -> 24.29, sum outer fp32 [16384, 1024] 28.60 -> 27.73; but
+        softmax, RMSNorm and LayerNorm forward fp32 [16384, 4096] 180.5-181.0 -> 182.7-186.1)."""
+        return not any(isinstance(o, TensorView) and self.full(o) for o in self.fusion.outputs)
+
     def _load_full(self, tv: TensorView, s, u) -> list:
         return self._access_full(tv, s, u, load=True)
 
@@ -634,7 +641,9 @@ class ReductionLowering:
         if self.V > 1 and tv in self.vector_tensors and self._lanes_walk(tv, row, col):
             mem = AddressOf(Element(ptr, _subst_v_expr(off, IntLit(0))))
             reg = AddressOf(Element(Var(self.regs[tv]), u * self.V))
-            return [VecLoad(tv.dtype, self.V, reg, mem) if load else VecStore(tv.dtype, self.V, mem, reg)]
+            if load:
+                return [VecLoad(tv.dtype, self.V, reg, mem, stream=self._stream_loads())]
+            return [VecStore(tv.dtype, self.V, mem, reg)]
         if load and tv in self._lane_invariant:
             return [Assign(self._reg(tv, u, IntLit(0)), Element(ptr, _subst_v_expr(off, IntLit(0))))]
         pair = (self._reg(tv, u, v), Element(ptr, off))

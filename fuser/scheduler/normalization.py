@@ -228,7 +228,7 @@ def inner_persistent_heuristics(sub: SubFusion, geo: ReductionGeometry, vectoriz
         # too few rows to give every SM a block: a row a block, over more threads
         # (LayerNorm bf16 [128, 1000] 3.09 -> 2.90 us on an H100)
         bdy, bdx = 1, few_rows_threads(vecs, vectorize, bdx)
-        batch = -(-vecs // bdx)
+        batch = max(1, -(-vecs // bdx))  # (rows of no elements hold one vector, unread)
     return ReductionParams(True, True, vectorize, bdx, bdy, batch, 1, info.index_type,
                            persistent_min_blocks(info.device_limits, bdx * bdy, batch * vectorize * held))
 
@@ -246,7 +246,8 @@ def persistent_min_blocks(limits: DeviceLimits, threads: int, held_bytes: int) -
     capped at 40 (6 blocks), 96.5%. A cap that makes the kernel spill is dropped when it
     is loaded (`GeneratedKernel.load`)."""
     regs = -(-(held_bytes // 4 + PERSISTENT_OVERHEAD_REGISTERS) // 8) * 8  # allocated 8 at a time
-    blocks = min(limits.max_threads_per_sm // max(threads, 1), limits.registers_per_sm // (threads * regs))
+    blocks = min(limits.max_threads_per_sm // max(threads, 1), limits.registers_per_sm // (threads * regs),
+                 limits.max_blocks_per_sm)
     return max(blocks, 1)
 
 

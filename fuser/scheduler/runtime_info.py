@@ -24,6 +24,8 @@ class DeviceLimits:
     registers_per_sm: int = 64 * 1024  # 32-bit registers
     max_threads_per_block: int = 1024
     max_threads_per_sm: int = 2048
+    #: resident blocks per SM at most (sm_80 and sm_90; torch does not report it)
+    max_blocks_per_sm: int = 32
     warp_size: int = 32
     name: str = "NVIDIA H100 (assumed: no GPU present)"
 

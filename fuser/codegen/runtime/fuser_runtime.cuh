@@ -283,6 +283,30 @@ FUSER_DEVICE void load_vec(T* dst, const T* src) {
     for (int e = 0; e < V::per_word; ++e) dst[k * V::per_word + e] = u.e[e];
   }
 }
+
+// load_vec for data read once (ld.global.cs: evict first), so that it does not push what is
+// read again out of the caches (see kir.VecLoad.stream)
+template <typename T, int N>
+FUSER_DEVICE void load_vec_stream(T* dst, const T* src) {
+  typedef detail::Vec<T, N> V;
+#pragma unroll
+  for (int k = 0; k < V::words; ++k) {
+    typename V::Pun u;
+    const typename V::word* p = reinterpret_cast<const typename V::word*>(src) + k;
+    unsigned* w = reinterpret_cast<unsigned*>(&u.w);
+    if constexpr (V::word_bytes == 16) {
+      asm("ld.global.cs.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3]) : "l"(p));
+    } else if constexpr (V::word_bytes == 8) {
+      asm("ld.global.cs.v2.u32 {%0, %1}, [%2];" : "=r"(w[0]), "=r"(w[1]) : "l"(p));
+    } else if constexpr (V::word_bytes == 4) {
+      asm("ld.global.cs.u32 %0, [%1];" : "=r"(w[0]) : "l"(p));
+    } else {
+      u.w = *p;
+    }
+#pragma unroll
+    for (int e = 0; e < V::per_word; ++e) dst[k * V::per_word + e] = u.e[e];
+  }
+}
 template <typename T, int N>
 FUSER_DEVICE void load_vec(Array<T, N>& dst, const T* src) { load_vec<T, N>(dst.array, src); }
 template <typename T, int N>
