@@ -272,33 +272,19 @@ struct alignas(detail::VecAlign<(int)sizeof(T) * Align>::value) Array {
 // dst[0..N) = src[0..N) with one 2/4/8/16-byte load (several 16-byte ones past 16 bytes);
 // `src` must be aligned to min(N * sizeof(T), 16) bytes; `dst` is a register array (any
 // alignment: the words are split into elements).
-template <typename T, int N>
+template <typename T, int N, bool Stream = false>
 FUSER_DEVICE void load_vec(T* dst, const T* src) {
-  typedef detail::Vec<T, N> V;
-#pragma unroll
-  for (int k = 0; k < V::words; ++k) {
-    typename V::Pun u;
-    u.w = reinterpret_cast<const typename V::word*>(src)[k];
-#pragma unroll
-    for (int e = 0; e < V::per_word; ++e) dst[k * V::per_word + e] = u.e[e];
-  }
-}
-
-// load_vec for data read once (ld.global.cs: evict first), so that it does not push what is
-// read again out of the caches (see kir.VecLoad.stream)
-template <typename T, int N>
-FUSER_DEVICE void load_vec_stream(T* dst, const T* src) {
   typedef detail::Vec<T, N> V;
 #pragma unroll
   for (int k = 0; k < V::words; ++k) {
     typename V::Pun u;
     const typename V::word* p = reinterpret_cast<const typename V::word*>(src) + k;
     unsigned* w = reinterpret_cast<unsigned*>(&u.w);
-    if constexpr (V::word_bytes == 16) {
+    if constexpr (Stream && V::word_bytes == 16) {
       asm("ld.global.cs.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3]) : "l"(p));
-    } else if constexpr (V::word_bytes == 8) {
+    } else if constexpr (Stream && V::word_bytes == 8) {
       asm("ld.global.cs.v2.u32 {%0, %1}, [%2];" : "=r"(w[0]), "=r"(w[1]) : "l"(p));
-    } else if constexpr (V::word_bytes == 4) {
+    } else if constexpr (Stream && V::word_bytes == 4) {
       asm("ld.global.cs.u32 %0, [%1];" : "=r"(w[0]) : "l"(p));
     } else {
       u.w = *p;
@@ -307,6 +293,11 @@ FUSER_DEVICE void load_vec_stream(T* dst, const T* src) {
     for (int e = 0; e < V::per_word; ++e) dst[k * V::per_word + e] = u.e[e];
   }
 }
+
+// load_vec for data read once (ld.global.cs: evict first), so that it does not push what is
+// read again out of the caches (see kir.VecLoad.stream)
+template <typename T, int N>
+FUSER_DEVICE void load_vec_stream(T* dst, const T* src) { load_vec<T, N, true>(dst, src); }
 template <typename T, int N>
 FUSER_DEVICE void load_vec(Array<T, N>& dst, const T* src) { load_vec<T, N>(dst.array, src); }
 template <typename T, int N>
@@ -577,25 +568,23 @@ FUSER_DEVICE double atan2(double a, double b) { return ::atan2(a, b); }
 // torch.maximum / minimum: NaN propagates from either side. float: PTX max.NaN / min.NaN
 // (sm_80 on), one FMNMX.NAN, where the NaN tests compiled to a branch per element (a max
 // over 8 floats: 77 SASS instructions and 9 branches against 28 and 1)
-FUSER_DEVICE float maximum(float a, float b) {
+template <bool Max>
+FUSER_DEVICE float nan_propagating_extreme(float a, float b) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   float r;
-  asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  if constexpr (Max) {
+    asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  } else {
+    asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  }
   return r;
 #else
-  return a != a ? a : (b != b ? b : ::fmaxf(a, b));
+  return a != a ? a : (b != b ? b : (Max ? ::fmaxf(a, b) : ::fminf(a, b)));
 #endif
 }
+FUSER_DEVICE float maximum(float a, float b) { return nan_propagating_extreme<true>(a, b); }
 FUSER_DEVICE double maximum(double a, double b) { return a != a ? a : (b != b ? b : ::fmax(a, b)); }
-FUSER_DEVICE float minimum(float a, float b) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  float r;
-  asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
-  return r;
-#else
-  return a != a ? a : (b != b ? b : ::fminf(a, b));
-#endif
-}
+FUSER_DEVICE float minimum(float a, float b) { return nan_propagating_extreme<false>(a, b); }
 FUSER_DEVICE double minimum(double a, double b) { return a != a ? a : (b != b ? b : ::fmin(a, b)); }
 // int: compared in the unsigned order (see signed_order)
 FUSER_DEVICE int maximum(int a, int b) {
