@@ -251,3 +251,18 @@ def test_runtime_info_must_match_the_fusion():
             can_schedule(f2, info, "pointwise")
     with pytest.raises(ValueError, match="custom segmentation"):
         can_schedule(f1, info, "none")
+
+
+def test_device_limits_read_resident_blocks_by_compute_capability(monkeypatch):
+    # torch does not report blocks per SM: sm_86 holds 16, sm_90 32
+    import types
+
+    from fuser.scheduler.runtime_info import DeviceLimits
+
+    def props(major, minor):
+        return types.SimpleNamespace(major=major, minor=minor, multi_processor_count=84, name=f"sm_{major}{minor}")
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    for (major, minor), blocks in [((8, 6), 16), ((8, 9), 24), ((9, 0), 32), ((8, 0), 32)]:
+        monkeypatch.setattr(torch.cuda, "get_device_properties", lambda *_, p=props(major, minor): p)
+        assert DeviceLimits.of(torch.device("cuda", 0)).max_blocks_per_sm == blocks, (major, minor)

@@ -358,10 +358,11 @@ def heuristics(sub: SubFusion, geo: ReductionGeometry, vectorize: int) -> Reduct
         narrow_vec = vectorize
         while narrow_vec > NARROW_MIN_VECTOR and _outer_blocks(rows, narrow_vec) < OUTER_BLOCKS_PER_SM * sms:
             narrow_vec //= 2
-        if _outer_blocks(rows, narrow_vec) >= OUTER_BLOCKS_PER_SM * sms:
-            # narrow blocks (and shorter vectors) give the grid its blocks without sharing
-            # rows, so no partials to combine across blocks (H100, sum over dim 0 of [2048,
-            # 16384]: bf16 28.79 -> 27.43 us, fp32 50.16 -> 47.41)
+        if narrow_vec >= NARROW_MIN_VECTOR and _outer_blocks(rows, narrow_vec) >= OUTER_BLOCKS_PER_SM * sms:
+            # narrow blocks (and shorter vectors, down to NARROW_MIN_VECTOR: what was
+            # measured) give the grid its blocks without sharing rows, so no partials to
+            # combine across blocks (H100, sum over dim 0 of [2048, 16384]: bf16 28.79 ->
+            # 27.43 us, fp32 50.16 -> 47.41)
             vectorize, bdx = narrow_vec, NARROW_BDX
             bdy = max(1, min(BLOCK_THREADS // bdx, _pow2_ceil(cols)))
         else:

@@ -24,7 +24,7 @@ class DeviceLimits:
     registers_per_sm: int = 64 * 1024  # 32-bit registers
     max_threads_per_block: int = 1024
     max_threads_per_sm: int = 2048
-    #: resident blocks per SM at most (sm_80 and sm_90; torch does not report it)
+    #: resident blocks per SM at most (torch does not report it: see _MAX_BLOCKS_PER_SM)
     max_blocks_per_sm: int = 32
     warp_size: int = 32
     name: str = "NVIDIA H100 (assumed: no GPU present)"
@@ -54,8 +54,14 @@ class DeviceLimits:
             max_threads_per_block=getattr(p, "max_threads_per_block", 1024),
             max_threads_per_sm=getattr(p, "max_threads_per_multi_processor", cls.max_threads_per_sm),
             warp_size=getattr(p, "warp_size", 32),
+            max_blocks_per_sm=_MAX_BLOCKS_PER_SM.get((p.major, p.minor), cls.max_blocks_per_sm),
             name=p.name,
         )
+
+
+#: resident blocks per SM by compute capability where it is not 32 (CUDA programming guide,
+#: "Technical Specifications per Compute Capability")
+_MAX_BLOCKS_PER_SM = {(7, 5): 16, (8, 6): 16, (8, 7): 16, (8, 9): 24}
 
 
 #: fraction of the register file a persistent kernel may hold buffers in; the rest is for
