@@ -32,9 +32,11 @@ def welford_merge(s: WelfordMerge) -> list[str]:
 
 def block_allreduce(s: BlockAllReduce) -> list[str]:
     which = {ParallelType.TIDx: "x", ParallelType.TIDy: "y"}[s.over]
-    free = "" if s.free_after else "<false>"
+    # template arguments: <Free> where it is false, <Free, BDX> where blockDim.x is fixed
     if s.bdx:
         free = f"<{'true' if s.free_after else 'false'}, {s.bdx}>"
+    else:
+        free = "" if s.free_after else "<false>"
     if s.tile:
         if s.over != ParallelType.TIDy or s.out != s.value:
             raise ValueError("a tile block reduction combines a register array in place over threadIdx.y")

@@ -279,13 +279,15 @@ FUSER_DEVICE void load_vec(T* dst, const T* src) {
   for (int k = 0; k < V::words; ++k) {
     typename V::Pun u;
     const typename V::word* p = reinterpret_cast<const typename V::word*>(src) + k;
-    unsigned* w = reinterpret_cast<unsigned*>(&u.w);
-    if constexpr (Stream && V::word_bytes == 16) {
-      asm("ld.global.cs.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3]) : "l"(p));
-    } else if constexpr (Stream && V::word_bytes == 8) {
-      asm("ld.global.cs.v2.u32 {%0, %1}, [%2];" : "=r"(w[0]), "=r"(w[1]) : "l"(p));
-    } else if constexpr (Stream && V::word_bytes == 4) {
-      asm("ld.global.cs.u32 %0, [%1];" : "=r"(w[0]) : "l"(p));
+    if constexpr (Stream && V::word_bytes >= 4) {  // (1- and 2-byte words load plainly)
+      unsigned* w = reinterpret_cast<unsigned*>(&u.w);
+      if constexpr (V::word_bytes == 16) {
+        asm("ld.global.cs.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3]) : "l"(p));
+      } else if constexpr (V::word_bytes == 8) {
+        asm("ld.global.cs.v2.u32 {%0, %1}, [%2];" : "=r"(w[0]), "=r"(w[1]) : "l"(p));
+      } else {
+        asm("ld.global.cs.u32 %0, [%1];" : "=r"(w[0]) : "l"(p));
+      }
     } else {
       u.w = *p;
     }
