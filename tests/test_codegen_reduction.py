@@ -108,6 +108,24 @@ def test_every_reduction_kernel_compiles_for_sm90():
     assert compile_all(sources)[:4] == b"\x7fELF"
 
 
+def _body_lines(src):
+    lines = src.split("\n")
+    start = next(i for i, line in enumerate(lines) if line.endswith(") {") and "__global__" not in line) + 1
+    return [line.strip() for line in lines[start:]]
+
+
+def test_every_kernel_waits_for_the_prior_grids_first():
+    # the runtime launches generated kernels as programmatic dependents of the stream's
+    # previous kernel: no global access may come before the wait
+    pointwise = (lambda fd: fd.add_output(fd.ops.add(fd.define_tensor(shape=[-1], contiguity=[True]), fd.define_scalar(1.0))),
+                 [_meta((1000,))])
+    for name, build, inputs in [*CASES, ("pointwise", *pointwise)]:
+        body = [line for line in _body_lines(_code(build, inputs)[0])
+                if not line.startswith(("fuser::Philox ", "extern __shared__"))]
+        assert body[0] == "fuser::wait_for_prior_grids();", name
+        assert sum("wait_for_prior_grids" in line for line in body) == 1, name
+
+
 def test_inner_sum_uses_vectors_and_a_block_reduction():
     src, _ = _code(_sum([1]), [_meta((16384, 4096))])
     # (read once, and no full-size output: loaded evict-first)
@@ -130,7 +148,7 @@ def test_one_long_row_is_a_grid_reduction():
 def test_outer_sum_reduces_over_threadIdx_y():
     src, _ = _code(_sum([0]), [_meta((16384, 8192))])
     # a thread's 4 columns (its vector's lanes) combine over the block in one call
-    assert src.count("fuser::block_allreduce_tile_y<true, 16>(acc") == 1 and "fuser::load_vec_stream<float, 4>" in src
+    assert src.count("fuser::block_allreduce_tile_y<true, 16, 16>(acc") == 1 and "fuser::load_vec_stream<float, 4>" in src
     assert "block_allreduce_y" not in src
 
 
@@ -141,7 +159,7 @@ def test_few_columns_and_rows_spread_over_narrow_tall_blocks():
     src, _ = _code(_sum([0]), [_meta((128, 1000))])
     assert re.search(r"__launch_bounds__\(128\)", src) and "blockIdx.x) * 4 + ((nvfuser_index_t)threadIdx.x)) * 2" in src
     assert "(i0 + 128 - 1) / 128" in src and "float r0[8];" in src
-    assert "fuser::block_allreduce_tile_y<true, 4>(acc" in src
+    assert "fuser::block_allreduce_tile_y<true, 4, 32>(acc" in src  # (blockDim.x and .y fixed)
     # with rows enough to split over blocks, the wide block stays
     src, _ = _code(_sum([0]), [_meta((16384, 1000))])
     assert "blockIdx.x) * 16 + ((nvfuser_index_t)threadIdx.x)) * 4" in src and "grid_arrive" in src
@@ -407,7 +425,7 @@ def test_a_register_cap_that_spills_is_dropped_when_the_kernel_loads(monkeypatch
     loaded = []
 
     class Loaded:
-        def __init__(self, cubin, name, fmt, device=None):
+        def __init__(self, cubin, name, fmt, device=None, dependent_launch=False):
             self.local_size_bytes = 40 if b"__launch_bounds__(256, " in cubin else 0
             loaded.append(self.local_size_bytes)
 

@@ -4,6 +4,7 @@ lowering package neither imports codegen nor writes C."""
 from __future__ import annotations
 
 import ast
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
@@ -263,9 +264,13 @@ def test_kernel_source_and_parameters():
         'extern "C" __global__ void __launch_bounds__(256) k(\n'
         "    const float* __restrict__ T0,\n"
         "    __bfloat* __restrict__ T1) {\n"
+        "  fuser::wait_for_prior_grids();\n"
         "  // empty\n"
         "}\n"
     )
+    # a kernel that does not wait may not be launched as a dependent: no call, and the flag says so
+    src = kernel_source(dataclasses.replace(k, waits_for_prior_grids=False))
+    assert "wait_for_prior_grids" not in src and "// empty" in src
 
 
 @pytest.mark.nvcc

@@ -602,6 +602,15 @@ class FakeDriver:
         self.launches.append((fn, (gx, gy, gz), (bx, by, bz), shared, stream, buf))
         return 0
 
+    def cuLaunchKernelEx(self, cfg_ref, fn, params, extra):
+        cfg = cfg_ref._obj
+        attrs = [(cfg.attrs[i].id, cfg.attrs[i].value[0]) for i in range(cfg.num_attrs)]
+        rc = self.cuLaunchKernel(fn, cfg.grid_x, cfg.grid_y, cfg.grid_z, cfg.block_x, cfg.block_y, cfg.block_z,
+                                 cfg.shared_mem, cfg.stream or 0, params, extra)
+        if rc == 0:
+            self.launches[-1] += (attrs,)
+        return rc
+
 
 @pytest.fixture
 def fake_cuda(monkeypatch):
@@ -756,3 +765,33 @@ def test_module_files_have_no_stray_state():
         assert callable(getattr(kernel_cache, name))
     assert issubclass(CompilationError, RuntimeError) and issubclass(CompilerNotFoundError, RuntimeError)
     assert os.fspath(kernel_cache.cache_dir())
+
+
+def test_dependent_launch_goes_through_cuLaunchKernelEx_on_every_stream(fake_cuda, monkeypatch):
+    # a kernel that waits for the grids before it is launched with programmatic stream
+    # serialization (attribute 6 = 1), on the default stream as on others; a kernel that
+    # does not wait, or a device without support, never is
+    monkeypatch.setattr(launch, "_dependent_launch_supported", lambda index: True)
+    k = launch.CompiledKernel(b"\x7fELF", "axpy", FMT, device=0, dependent_launch=True)
+    assert k.dependent_launch
+    k.launch((3, 2, 1), (64, 2, 1), ARGS, shared_mem=256)
+    k.launch((1, 1, 1), (32, 1, 1), ARGS, stream=0x10)
+    first, second = fake_cuda.drv.launches
+    assert first[1:5] == ((3, 2, 1), (64, 2, 1), 256, 0) and first[5] == struct.pack(FMT, *ARGS)
+    assert first[6] == [(6, 1)] and second[4] == 0x10 and second[6] == [(6, 1)]
+    assert fake_cuda.fn.launches == []  # not through pycuda
+    fake_cuda.drv.fail_next = 700
+    with pytest.raises(launch.KernelLaunchError, match="CUDA_ERROR_700.*grid=\\(1, 1, 1\\)"):
+        k.launch((1, 1, 1), (32, 1, 1), ARGS)
+
+    plain = launch.CompiledKernel(b"\x7fELF", "axpy", FMT, device=0)
+    assert not plain.dependent_launch
+    plain.launch((1, 1, 1), (32, 1, 1), ARGS)
+    assert len(fake_cuda.fn.launches) == 1 and len(fake_cuda.drv.launches) == 2
+    monkeypatch.setattr(launch, "_dependent_launch_supported", lambda index: False)
+    assert not launch.CompiledKernel(b"\x7fELF", "axpy", FMT, device=0, dependent_launch=True).dependent_launch
+
+
+def test_dependent_launches_can_be_disabled(monkeypatch):
+    monkeypatch.setenv("FUSER_DISABLE", "pdl")
+    assert not launch._dependent_launch_supported(0)  # (decided before asking the device)

@@ -378,3 +378,83 @@ def test_launch_overhead_is_small():
     print("host time per launch: " + ", ".join(f"{k_}: {v:.1f} us" for k_, v in times.items()))
     _check_axpy(out, want, n)
     assert all(v < 100 for v in times.values()), times
+
+
+# --- programmatic dependent launch (sm_90+) ----------------------------------------------------
+
+#: writes 2 * x after spinning; with `trigger` its blocks let dependents launch first thing
+SLOW_DOUBLE = r"""
+extern "C" __global__ void slow_double(const float* __restrict__ x, float* __restrict__ out, int n, long long spin,
+                                       int trigger) {
+  if (trigger) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  long long t0 = clock64();
+  while (clock64() - t0 < spin) {}
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = 2.0f * x[i];
+}
+"""
+#: out = in + 1, after waiting for the grids before it (the generated kernels' prologue)
+WAITING_INC = r"""#include "fuser_runtime.cuh"
+extern "C" __global__ void waiting_inc(const float* __restrict__ in, float* __restrict__ out, int n) {
+  fuser::wait_for_prior_grids();
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = in[i] + 1.0f;
+}
+"""
+
+
+def _sm90():
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("programmatic dependent launch needs sm_90 or later")
+
+
+def _dependent_pair():
+    from fuser.codegen.ops import runtime_headers
+    from fuser.runtime.launch import CompiledKernel
+
+    first = _kernel(SLOW_DOUBLE, "slow_double", "PPiqi")
+    second = CompiledKernel(_compile(WAITING_INC, options=OPTIONS, headers=runtime_headers()), "waiting_inc", "PPi",
+                            dependent_launch=True)
+    return first, second
+
+
+@pytest.mark.parametrize("side_stream", [False, True])
+def test_a_dependent_launch_waits_for_the_previous_kernels_writes(side_stream):
+    # the first kernel lets its dependents launch at once and writes only after a ~1 ms spin:
+    # the second, launched as its dependent (the driver may start it early: "opportunistically"),
+    # must still read every value it wrote
+    _sm90()
+    first, second = _dependent_pair()
+    assert second.dependent_launch and not first.dependent_launch
+    n = 1 << 20
+    s = torch.cuda.Stream() if side_stream else torch.cuda.current_stream()
+    for _ in range(3):
+        x = torch.randn(n, device="cuda")
+        mid = torch.full((n,), math.nan, device="cuda")
+        out = torch.full((n,), math.nan, device="cuda")
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            first.launch(_grid(n), (BLOCK, 1, 1), (x.data_ptr(), mid.data_ptr(), n, int(2e6), 1))
+            second.launch(_grid(n), (BLOCK, 1, 1), (mid.data_ptr(), out.data_ptr(), n))
+        s.synchronize()
+        torch.testing.assert_close(out, 2 * x + 1)
+
+
+def test_generated_kernels_chain_as_dependents():
+    # two segments (segment_set): the sum's kernel reads the product the first kernel
+    # writes, launched back to back as its dependent, over fresh inputs each time
+    from fuser import FusionDefinition
+
+    with FusionDefinition() as fd:
+        t0 = fd.define_tensor(shape=[-1, -1], contiguity=[True, True])
+        t1 = fd.ops.segment_set(fd.ops.mul(t0, t0))
+        fd.add_output(fd.ops.sum(fd.ops.add(t1, t0), dims=[1]))
+    xs = [torch.randn(4096, 8192, device="cuda") for _ in range(4)]
+    outs = [fd.execute([x])[0] for x in xs for _ in range(3)]
+    for k, out in enumerate(outs):
+        x = xs[k // 3]
+        torch.testing.assert_close(out, (x * x + x).sum(1), rtol=1e-4, atol=1e-2)
+    kernels = [r.kernel for r in fd._entry.last_runner.runs]
+    assert len(kernels) == 2 and all(k and k.compiled is not None for k in kernels)
+    sm90 = torch.cuda.get_device_capability()[0] >= 9
+    assert all(k.compiled.dependent_launch == sm90 for k in kernels)

@@ -67,6 +67,8 @@ def kernel_source(kernel: Kernel) -> str:
     lines.extend(f"  fuser::Philox {name};" for name in states)
     if kernel.dynamic_smem:
         lines.append(f"  extern __shared__ __align__(16) unsigned char {DYNAMIC_SMEM}[];")
+    if kernel.waits_for_prior_grids:
+        lines.append("  fuser::wait_for_prior_grids();")
     statements(kernel.body, lines, 1)
     lines.append("}")
     return "\n".join(lines) + "\n"

@@ -32,8 +32,11 @@ def welford_merge(s: WelfordMerge) -> list[str]:
 
 def block_allreduce(s: BlockAllReduce) -> list[str]:
     which = {ParallelType.TIDx: "x", ParallelType.TIDy: "y"}[s.over]
-    # template arguments: <Free> where it is false, <Free, BDX> where blockDim.x is fixed
-    if s.bdx:
+    # template arguments: <Free> where it is false, <Free, BDX> where blockDim.x is fixed,
+    # <Free, BDX, BDY> where blockDim.y is (BDX 0: read at run time)
+    if s.bdy:
+        free = f"<{'true' if s.free_after else 'false'}, {s.bdx}, {s.bdy}>"
+    elif s.bdx:
         free = f"<{'true' if s.free_after else 'false'}, {s.bdx}>"
     else:
         free = "" if s.free_after else "<false>"

@@ -452,6 +452,9 @@ class BlockAllReduce:
     tile: int = 0
     #: blockDim.x where the kernel's launch fixes it (the helper's loops unroll), else 0
     bdx: int = 0
+    #: blockDim.y likewise, for reductions over TIDy (the helper picks its path when
+    #: compiled, and its loops over rows and warps unroll), else 0
+    bdy: int = 0
 
 
 @dataclass
@@ -603,6 +606,10 @@ class Kernel:
     index_checks: tuple[IndexCheck, ...] = ()
     #: bytes of dynamic shared memory each block is launched with (Decl.offset arrays)
     dynamic_smem: int = 0
+    #: the kernel waits for the grids before it in the stream before touching global memory,
+    #: so the runtime may launch it as their programmatic dependent (its blocks start while
+    #: theirs exit, on GPUs from sm_90)
+    waits_for_prior_grids: bool = True
 
 
 

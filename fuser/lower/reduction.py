@@ -711,14 +711,16 @@ class ReductionLowering:
         type and skip the barrier that frees one after use (one barrier per reduction
         instead of two)."""
         smem = self._shared(dtype, welford, tile=tile)
+        # (the launch's blockDim.y; a reduction over x has no use for it)
+        bdy = self.p.bdy if over == ParallelType.TIDy else 0
         if not self.p.persistent:
-            return BlockAllReduce(acc, acc, op, dtype, Var(smem), over, tile=tile, bdx=self._fixed_bdx())
+            return BlockAllReduce(acc, acc, op, dtype, Var(smem), over, tile=tile, bdx=self._fixed_bdx(), bdy=bdy)
         turn = self._smem_turn.get(smem, 0)
         self._smem_turn[smem] = 1 - turn
         if turn:
             smem = self._shared(dtype, welford, "_b", tile=tile)
         return BlockAllReduce(acc, acc, op, dtype, Var(smem), over, free_after=False, tile=tile,
-                              bdx=self._fixed_bdx())
+                              bdx=self._fixed_bdx(), bdy=bdy)
 
     def _fixed_bdx(self) -> int:
         """blockDim.x for the block reductions to take as a constant (their loop over warps

@@ -148,7 +148,8 @@ class GeneratedKernel:
             got = _loaded.get(key)
             if got is None:
                 cubin = get_cubin(self.source, arch=arch, headers=runtime_headers())
-                got = _loaded[key] = CompiledKernel(cubin, self.kernel.name, self.format, device=self.info.device)
+                got = _loaded[key] = CompiledKernel(cubin, self.kernel.name, self.format, device=self.info.device,
+                                                          dependent_launch=self.kernel.waits_for_prior_grids)
             return got
 
         compiled = compile_and_load()

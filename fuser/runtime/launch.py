@@ -26,7 +26,15 @@ So the launch takes the cheapest path that is correct for the stream at hand:
   using a ``CUfunction`` from a second load of the same CUBIN (``cuModuleLoadData``) into the
   same primary context, made on first use.
 
-Both paths pack the arguments with one precompiled ``struct.Struct`` built from pycuda's
+* a kernel made with ``dependent_launch=True`` (it starts by waiting for the grids before it:
+  every generated kernel, see ``fuser::wait_for_prior_grids``), on a GPU of compute capability
+  9.0 or more, on any stream: ``cuLaunchKernelEx`` with programmatic stream serialization
+  (programmatic dependent launch), so that its blocks are launched as the previous kernel's
+  last blocks exit instead of after its completion (the previous kernel's writes are made
+  visible before the wait returns). Back-to-back kernels then do not pay the whole launch gap.
+  ``FUSER_DISABLE=pdl`` (read when a kernel is loaded) launches them as any other.
+
+All paths pack the arguments with one precompiled ``struct.Struct`` built from pycuda's
 format letters ("P" pointer, "i" int32, "q" int64, "f" float32, "d" float64, ...; native
 alignment, as pycuda packs them).
 """
@@ -54,6 +62,22 @@ _CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97
 _CU_LAUNCH_PARAM_END = 0
 _CU_LAUNCH_PARAM_BUFFER_POINTER = 1
 _CU_LAUNCH_PARAM_BUFFER_SIZE = 2
+_CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6
+
+
+class _LaunchAttribute(ctypes.Structure):
+    """``CUlaunchAttribute``: an id, padding, and a 64-byte value union (here one int)."""
+
+    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4), ("value", ctypes.c_int * 16)]
+
+
+class _LaunchConfig(ctypes.Structure):
+    """``CUlaunchConfig``: grid, block, dynamic shared bytes, stream and attributes."""
+
+    _fields_ = [("grid_x", ctypes.c_uint), ("grid_y", ctypes.c_uint), ("grid_z", ctypes.c_uint),
+                ("block_x", ctypes.c_uint), ("block_y", ctypes.c_uint), ("block_z", ctypes.c_uint),
+                ("shared_mem", ctypes.c_uint), ("stream", ctypes.c_void_p),
+                ("attrs", ctypes.POINTER(_LaunchAttribute)), ("num_attrs", ctypes.c_uint)]
 
 
 class KernelLaunchError(RuntimeError):
@@ -141,6 +165,11 @@ class _CudaDriver:
             fn.restype = c_int
             fn.argtypes = argtypes
         self.cuLaunchKernel = lib.cuLaunchKernel
+        #: None where the driver predates it (CUDA 12.0)
+        self.cuLaunchKernelEx = getattr(lib, "cuLaunchKernelEx", None)
+        if self.cuLaunchKernelEx is not None:
+            self.cuLaunchKernelEx.restype = c_int
+            self.cuLaunchKernelEx.argtypes = [P(_LaunchConfig), c_void_p, c_void_p, c_void_p]
         self.check(lib.cuInit(0), "cuInit")
         self._contexts: dict[int, int] = {}
 
@@ -194,6 +223,19 @@ def _driver() -> _CudaDriver:
     return _driver_instance
 
 
+def _dependent_launch_supported(device_index: int) -> bool:
+    """Whether kernels on `device_index` can be launched as programmatic dependents:
+    compute capability 9.0 or more, a driver with ``cuLaunchKernelEx``, and FUSER_DISABLE
+    not naming ``pdl``."""
+    import torch
+
+    from fuser.options import disabled
+
+    if disabled("pdl") or torch.cuda.get_device_capability(device_index)[0] < 9:
+        return False
+    return _driver().cuLaunchKernelEx is not None
+
+
 # ----------------------------------------------------------------------------------------------
 # PyTorch's current stream
 
@@ -239,7 +281,8 @@ class CompiledKernel:
     the compiled function (for diagnostics and launch-parameter checks).
     """
 
-    def __init__(self, cubin: bytes, name: str, param_format: str, *, device: Any = None) -> None:
+    def __init__(self, cubin: bytes, name: str, param_format: str, *, device: Any = None,
+                 dependent_launch: bool = False) -> None:
         self.name = name
         self.param_format = param_format
         if param_format[:1] in ("<", ">", "!", "=", "@"):
@@ -285,12 +328,16 @@ class CompiledKernel:
         self.function.prepare(param_format)
         self._pycuda_launch = self.function._launch_kernel
 
-        # Driver-API state for non-default streams, made on first use.
+        # Driver-API state for non-default streams and dependent launches, made on first use.
         self._drv_lock = threading.Lock()
         self._drv_function: int | None = None
         self._drv_module: int | None = None
         self._drv_params: Any = None
         self._drv_extra: Any = None
+        #: launched as a programmatic dependent of the stream's previous kernel (only a kernel
+        #: that waits for the grids before it, on a GPU that supports it, may be)
+        self.dependent_launch = bool(dependent_launch) and _dependent_launch_supported(self.device_index)
+        self._config: _LaunchConfig | None = None
 
     # -- diagnostics ----------------------------------------------------------------------------
 
@@ -355,7 +402,9 @@ class CompiledKernel:
             stream = _stream_handle(stream)
         if shared_mem > self._shared_limit:
             self._allow_shared_mem(shared_mem)
-        if stream == 0:
+        if self.dependent_launch:
+            self._launch_dependent(grid, block, args, shared_mem, stream)
+        elif stream == 0:
             try:
                 params = self._pack(*args)
             except struct.error as e:
@@ -399,6 +448,36 @@ class CompiledKernel:
             rc = cu_launch(self._drv_function, gx, gy, gz, bx, by, bz, shared_mem, stream, None, self._drv_extra)
             if rc != _CUDA_SUCCESS and self._fix_context():
                 rc = cu_launch(self._drv_function, gx, gy, gz, bx, by, bz, shared_mem, stream, None, self._drv_extra)
+        if rc != _CUDA_SUCCESS:
+            raise KernelLaunchError(self._launch_context(grid, block, shared_mem, stream, _driver().error(rc)))
+
+    def _launch_dependent(self, grid: Any, block: Any, args: Sequence[Any], shared_mem: int, stream: int) -> None:
+        """Launch through ``cuLaunchKernelEx`` with programmatic stream serialization on the
+        raw handle `stream`."""
+        if self._drv_function is None:
+            self._load_driver_function()
+        cfg = self._config
+        if cfg is None:
+            attr = _LaunchAttribute()
+            attr.id = _CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+            attr.value[0] = 1  # programmaticStreamSerializationAllowed
+            cfg = _LaunchConfig()
+            cfg.attrs = ctypes.pointer(attr)
+            cfg.num_attrs = 1
+            self._config = cfg
+        launch_ex = _driver().cuLaunchKernelEx
+        with self._drv_lock:  # the parameter buffer and the config are shared; the driver copies both
+            try:
+                self._pack_into(self._drv_params, 0, *args)
+            except struct.error as e:
+                raise self._bad_args(args, e) from None
+            cfg.grid_x, cfg.grid_y, cfg.grid_z = grid
+            cfg.block_x, cfg.block_y, cfg.block_z = block
+            cfg.shared_mem = shared_mem
+            cfg.stream = stream
+            rc = launch_ex(ctypes.byref(cfg), self._drv_function, None, self._drv_extra)
+            if rc != _CUDA_SUCCESS and self._fix_context():
+                rc = launch_ex(ctypes.byref(cfg), self._drv_function, None, self._drv_extra)
         if rc != _CUDA_SUCCESS:
             raise KernelLaunchError(self._launch_context(grid, block, shared_mem, stream, _driver().error(rc)))
 

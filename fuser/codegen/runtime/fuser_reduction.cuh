@@ -186,10 +186,11 @@ FUSER_DEVICE void block_allreduce_tile_y_shfl(T (&a)[N], Op op, T* smem, int bdx
 }
 
 // Allreduce over the threads of each column (same threadIdx.x). `smem` holds at least
-// blockDim.x * blockDim.y values. `BDX`: blockDim.x where the kernel fixes it, else 0.
-template <bool Free = true, int BDX = 0, typename T, typename Op>
+// blockDim.x * blockDim.y values. `BDX`, `BDY`: blockDim.x and .y where the kernel fixes
+// them, else 0.
+template <bool Free = true, int BDX = 0, int BDY = 0, typename T, typename Op>
 FUSER_DEVICE T block_allreduce_y(T v, Op op, T* smem) {
-  const int bdy = blockDim.y;
+  const int bdy = BDY > 0 ? BDY : blockDim.y;
   if (bdy == 1) return v;
   const int bdx = BDX > 0 ? BDX : blockDim.x;
   if (columns_shuffle<1>(bdx, bdy)) {
@@ -215,10 +216,10 @@ FUSER_DEVICE T block_allreduce_y(T v, Op op, T* smem) {
 // whole tile goes through shared memory at once: three barriers (four with Free) whatever
 // N, where one element at a time takes 2 + log2(blockDim.y) each. Each (element, column)
 // pair is combined over the rows in a fixed order (runs of rows by several threads when
-// the pairs are fewer than the threads): deterministic. `BDX` as in block_allreduce_y.
-template <bool Free = true, int BDX = 0, typename T, int N, typename Op>
+// the pairs are fewer than the threads): deterministic. `BDX`, `BDY` as in block_allreduce_y.
+template <bool Free = true, int BDX = 0, int BDY = 0, typename T, int N, typename Op>
 FUSER_DEVICE void block_allreduce_tile_y(T (&a)[N], Op op, T* smem) {
-  const int bdx = BDX > 0 ? BDX : blockDim.x, bdy = blockDim.y;
+  const int bdx = BDX > 0 ? BDX : blockDim.x, bdy = BDY > 0 ? BDY : blockDim.y;
   if (bdy == 1) return;
   if (columns_shuffle<N>(bdx, bdy)) {
     block_allreduce_tile_y_shfl<Free>(a, op, smem, bdx, bdy);

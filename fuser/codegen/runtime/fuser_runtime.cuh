@@ -309,6 +309,16 @@ FUSER_DEVICE Array<T, N> load_vec(const T* src) {
   return r;
 }
 
+// Programmatic dependent launch (sm_90+): wait until the grids before this one in the stream
+// have completed and their writes are visible. Every generated kernel calls it before its
+// first global access, which lets the runtime launch it while the previous kernel's last
+// blocks exit (kir.Kernel.waits_for_prior_grids); after an ordinary launch it returns at once.
+FUSER_DEVICE void wait_for_prior_grids() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 // Asynchronous global -> shared copies (sm_80+): BYTES (4, 8 or 16) from `src` to `dst`,
 // both aligned to BYTES; complete once the issuing thread has committed and waited for them.
 // 16-byte copies bypass L1 (.cg): staged rows are read once.
