@@ -338,6 +338,8 @@ class CompiledKernel:
         #: that waits for the grids before it, on a GPU that supports it, may be)
         self.dependent_launch = bool(dependent_launch) and _dependent_launch_supported(self.device_index)
         self._config: _LaunchConfig | None = None
+        self._config_ref: Any = None
+        self._config_key: Any = None
 
     # -- diagnostics ----------------------------------------------------------------------------
 
@@ -464,20 +466,23 @@ class CompiledKernel:
             cfg = _LaunchConfig()
             cfg.attrs = ctypes.pointer(attr)
             cfg.num_attrs = 1
-            self._config = cfg
+            self._config, self._config_ref, self._config_key = cfg, ctypes.byref(cfg), None
         launch_ex = _driver().cuLaunchKernelEx
+        key = (grid, block, shared_mem, stream)
         with self._drv_lock:  # the parameter buffer and the config are shared; the driver copies both
             try:
                 self._pack_into(self._drv_params, 0, *args)
             except struct.error as e:
                 raise self._bad_args(args, e) from None
-            cfg.grid_x, cfg.grid_y, cfg.grid_z = grid
-            cfg.block_x, cfg.block_y, cfg.block_z = block
-            cfg.shared_mem = shared_mem
-            cfg.stream = stream
-            rc = launch_ex(ctypes.byref(cfg), self._drv_function, None, self._drv_extra)
+            if key != self._config_key:  # (a kernel mostly launches alike: set the fields on change)
+                cfg.grid_x, cfg.grid_y, cfg.grid_z = grid
+                cfg.block_x, cfg.block_y, cfg.block_z = block
+                cfg.shared_mem = shared_mem
+                cfg.stream = stream
+                self._config_key = key
+            rc = launch_ex(self._config_ref, self._drv_function, None, self._drv_extra)
             if rc != _CUDA_SUCCESS and self._fix_context():
-                rc = launch_ex(ctypes.byref(cfg), self._drv_function, None, self._drv_extra)
+                rc = launch_ex(self._config_ref, self._drv_function, None, self._drv_extra)
         if rc != _CUDA_SUCCESS:
             raise KernelLaunchError(self._launch_context(grid, block, shared_mem, stream, _driver().error(rc)))
 
