@@ -116,12 +116,18 @@ def _body_lines(src):
 
 def test_every_kernel_waits_for_the_prior_grids_first():
     # the runtime launches generated kernels as programmatic dependents of the stream's
-    # previous kernel: no global access may come before the wait
-    pointwise = (lambda fd: fd.add_output(fd.ops.add(fd.define_tensor(shape=[-1], contiguity=[True]), fd.define_scalar(1.0))),
-                 [_meta((1000,))])
-    for name, build, inputs in [*CASES, ("pointwise", *pointwise)]:
-        body = [line for line in _body_lines(_code(build, inputs)[0])
-                if not line.startswith(("fuser::Philox ", "extern __shared__"))]
+    # previous kernel: no global access may come before the wait. Every benchmark fusion's
+    # kernels (pointwise, RNG, reductions, inner, outer and inner-outer persistent,
+    # transpose, resize) and the cases above
+    from fuser.benchmarks import fusions as F
+
+    sources = [(name, _code(build, inputs)[0]) for name, build, inputs in CASES]
+    for f in F.FUSIONS:
+        fd = f.fusion_definition()
+        sources += [(f.name, k.source) for k in fd._kernels_for(f.make_inputs("meta", f.shapes[-1]), "cuda_code_for")]
+    assert any("fuser::Philox " in src for _, src in sources) and any("extern __shared__" in src for _, src in sources)
+    for name, src in sources:
+        body = [line for line in _body_lines(src) if not line.startswith(("fuser::Philox ", "extern __shared__"))]
         assert body[0] == "fuser::wait_for_prior_grids();", name
         assert sum("wait_for_prior_grids" in line for line in body) == 1, name
 

@@ -602,7 +602,12 @@ class FakeDriver:
         self.launches.append((fn, (gx, gy, gz), (bx, by, bz), shared, stream, buf))
         return 0
 
+    fail_ex_next = 0
+
     def cuLaunchKernelEx(self, cfg_ref, fn, params, extra):
+        if self.fail_ex_next:
+            code, self.fail_ex_next = self.fail_ex_next, 0
+            return code
         cfg = cfg_ref._obj
         attrs = [(cfg.attrs[i].id, cfg.attrs[i].value[0]) for i in range(cfg.num_attrs)]
         rc = self.cuLaunchKernel(fn, cfg.grid_x, cfg.grid_y, cfg.grid_z, cfg.block_x, cfg.block_y, cfg.block_z,
@@ -780,8 +785,10 @@ def test_dependent_launch_goes_through_cuLaunchKernelEx_on_every_stream(fake_cud
     assert first[1:5] == ((3, 2, 1), (64, 2, 1), 256, 0) and first[5] == struct.pack(FMT, *ARGS)
     assert first[6] == [(6, 1)] and second[4] == 0x10 and second[6] == [(6, 1)]
     assert fake_cuda.fn.launches == []  # not through pycuda
-    fake_cuda.drv.fail_next = 700
-    with pytest.raises(launch.KernelLaunchError, match="CUDA_ERROR_700.*grid=\\(1, 1, 1\\)"):
+    # a launch failing both ways says so, and how to turn dependent launches off
+    fake_cuda.drv.fail_ex_next = fake_cuda.drv.fail_next = 700
+    with pytest.raises(launch.KernelLaunchError, match=r"CUDA_ERROR_700.*grid=\(1, 1, 1\).*FUSER_DISABLE=pdl"), \
+            pytest.warns(RuntimeWarning):
         k.launch((1, 1, 1), (32, 1, 1), ARGS)
 
     plain = launch.CompiledKernel(b"\x7fELF", "axpy", FMT, device=0)
@@ -795,3 +802,38 @@ def test_dependent_launch_goes_through_cuLaunchKernelEx_on_every_stream(fake_cud
 def test_dependent_launches_can_be_disabled(monkeypatch):
     monkeypatch.setenv("FUSER_DISABLE", "pdl")
     assert not launch._dependent_launch_supported(0)  # (decided before asking the device)
+
+
+def test_launch_config_structs_match_cuda_h():
+    # CUlaunchAttribute and CUlaunchConfig as cuda.h (CUDA 12 and 13) lays them out
+    A, C = launch._LaunchAttribute, launch._LaunchConfig
+    assert ctypes.sizeof(A) == 72 and A.value.offset == 8 and ctypes.alignment(A) == 8
+    assert ctypes.sizeof(C) == 56
+    assert [getattr(C, f).offset for f in ("shared_mem", "stream", "attrs", "num_attrs")] == [24, 32, 40, 48]
+    a = A()
+    a.value[0] = 1  # programmaticStreamSerializationAllowed: the int at the union's start
+    assert ctypes.string_at(ctypes.addressof(a) + 8, 4) == (1).to_bytes(4, sys.byteorder)
+
+
+def test_a_refused_dependent_launch_falls_back_to_a_plain_one(fake_cuda, monkeypatch):
+    monkeypatch.setattr(launch, "_dependent_launch_supported", lambda index: True)
+    k = launch.CompiledKernel(b"\x7fELF", "axpy", FMT, device=0, dependent_launch=True)
+    fake_cuda.drv.fail_ex_next = 1  # CUDA_ERROR_INVALID_VALUE
+    with pytest.warns(RuntimeWarning, match="refused a programmatic dependent launch"):
+        k.launch((2, 1, 1), (64, 1, 1), ARGS, stream=0x10)
+    assert not k.dependent_launch
+    (launched,) = fake_cuda.drv.launches
+    assert len(launched) == 6 and launched[1:5] == ((2, 1, 1), (64, 1, 1), 0, 0x10)  # cuLaunchKernel, no attrs
+    grid = [3, 1, 1]  # later launches take the plain paths, lists and all
+    k.launch(grid, [64, 1, 1], ARGS)
+    assert fake_cuda.fn.launches[0][:2] == ((3, 1, 1), (64, 1, 1))
+
+
+def test_a_dependent_launch_reads_grids_given_as_lists_afresh(fake_cuda, monkeypatch):
+    monkeypatch.setattr(launch, "_dependent_launch_supported", lambda index: True)
+    k = launch.CompiledKernel(b"\x7fELF", "axpy", FMT, device=0, dependent_launch=True)
+    grid = [1, 1, 1]
+    k.launch(grid, (32, 1, 1), ARGS)
+    grid[0] = 4  # the same list, changed in place
+    k.launch(grid, (32, 1, 1), ARGS)
+    assert [x[1] for x in fake_cuda.drv.launches] == [(1, 1, 1), (4, 1, 1)]

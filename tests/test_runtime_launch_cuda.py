@@ -458,3 +458,54 @@ def test_generated_kernels_chain_as_dependents():
     assert len(kernels) == 2 and all(k and k.compiled is not None for k in kernels)
     sm90 = torch.cuda.get_device_capability()[0] >= 9
     assert all(k.compiled.dependent_launch == sm90 for k in kernels)
+
+
+def _pointwise_and_sum():
+    from fuser import FusionDefinition
+
+    with FusionDefinition() as fd:
+        t0 = fd.define_tensor(shape=[-1, -1], contiguity=[True, True])
+        fd.add_output(fd.ops.add(t0, fd.define_scalar(1.0)))
+        fd.add_output(fd.ops.sum(t0, dims=[1]))
+    return fd
+
+
+def test_generated_kernels_wait_for_an_early_triggering_kernel():
+    # the kernel before them lets its dependents launch at once and writes their input only
+    # after a ~1 ms spin: the generated kernels (launched as its dependents) must read it
+    _sm90()
+    first, _ = _dependent_pair()
+    fd = _pointwise_and_sum()
+    rows, cols = 512, 2048
+    fd.execute([torch.randn(rows, cols, device="cuda")])  # compiled and loaded ahead
+    for _ in range(3):
+        x = torch.randn(rows, cols, device="cuda")
+        mid = torch.full((rows, cols), math.nan, device="cuda")
+        first.launch(_grid(rows * cols), (BLOCK, 1, 1), (x.data_ptr(), mid.data_ptr(), rows * cols, int(2e6), 1))
+        plus, total = fd.execute([mid])
+        torch.testing.assert_close(plus, 2 * x + 1)
+        torch.testing.assert_close(total, (2 * x).sum(1), rtol=1e-4, atol=1e-3)
+
+
+def test_dependent_launches_are_captured_in_a_cuda_graph():
+    # captured launches keep their programmatic dependencies; replays see each new input
+    from fuser import FusionDefinition
+
+    with FusionDefinition() as fd:
+        t0 = fd.define_tensor(shape=[-1, -1], contiguity=[True, True])
+        t1 = fd.ops.segment_set(fd.ops.mul(t0, t0))
+        fd.add_output(fd.ops.sum(fd.ops.add(t1, t0), dims=[1]))
+    x = torch.randn(1024, 4096, device="cuda")
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        fd.execute([x])  # compiled and loaded outside the capture
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        (out,) = fd.execute([x])
+    for _ in range(3):
+        x.copy_(torch.randn_like(x))
+        out.fill_(math.nan)
+        graph.replay()
+        torch.testing.assert_close(out, (x * x + x).sum(1), rtol=1e-4, atol=1e-2)

@@ -35,6 +35,8 @@ def block_allreduce(s: BlockAllReduce) -> list[str]:
     # template arguments: <Free> where it is false, <Free, BDX> where blockDim.x is fixed,
     # <Free, BDX, BDY> where blockDim.y is (BDX 0: read at run time)
     if s.bdy:
+        if s.over != ParallelType.TIDy:
+            raise ValueError("a block reduction over threadIdx.x takes no fixed blockDim.y")
         free = f"<{'true' if s.free_after else 'false'}, {s.bdx}, {s.bdy}>"
     elif s.bdx:
         free = f"<{'true' if s.free_after else 'false'}, {s.bdx}>"

@@ -805,7 +805,7 @@ KNOWN_DISABLE_OPTIONS = frozenset({
     "compile_to_sass", "contig_indexing", "expr_simplify", "fallback", "fma", "grouped_grid_welford_outer_opt",
     "id_model", "index_hoist", "kernel_reuse", "magic_zero", "matmul_expr_eval", "nvtx", "parallel_compile",
     "parallel_serde", "predicate_elimination", "python_inline_definitions", "resize_scheduler", "var_name_remapping",
-    "welford_vectorization", "remat", "forwarding", "kernel_cache", "fold_input_broadcasts", "pdl",
+    "welford_vectorization", "remat", "forwarding", "kernel_cache", "fold_input_broadcasts",
 })
 
 

@@ -14,7 +14,7 @@ import torch
 
 from fuser.codegen.cuda import kernel_source
 from fuser.ir import Fusion, TensorView, WelfordOp
-from fuser.options import dump
+from fuser.options import disabled, dump
 from fuser.lower.kir import Kernel
 from fuser.lower.lower import NotLowerable, lower_pointwise
 from fuser.scheduler import FusionAnalysis, SchedulerRuntimeInfo, SchedulerType
@@ -143,13 +143,15 @@ class GeneratedKernel:
 
         arch = device_arch(self.info.device)
 
+        waits = self.kernel.waits_for_prior_grids and not disabled("pdl")
+
         def compile_and_load() -> CompiledKernel:
-            key = (self.source, arch, self.info.device)
+            key = (self.source, arch, self.info.device, waits)
             got = _loaded.get(key)
             if got is None:
                 cubin = get_cubin(self.source, arch=arch, headers=runtime_headers())
                 got = _loaded[key] = CompiledKernel(cubin, self.kernel.name, self.format, device=self.info.device,
-                                                          dependent_launch=self.kernel.waits_for_prior_grids)
+                                                          dependent_launch=waits)
             return got
 
         compiled = compile_and_load()
@@ -315,8 +317,6 @@ def _launch_plan(fusion: Fusion, kernel: Kernel, params: Any, info: SchedulerRun
 def kernels_available(device: torch.device) -> bool:
     """Whether generated kernels can run on `device`: a CUDA device, pycuda importable,
     and FUSER_DISABLE not naming `codegen`."""
-    from fuser.options import disabled
-
     if device.type != "cuda" or disabled("codegen"):
         return False
     import importlib.util

@@ -47,6 +47,7 @@ import importlib.util
 import struct
 import sys
 import threading
+import warnings
 from typing import Any, Sequence
 
 __all__ = ["CompiledKernel", "KernelLaunchError", "DEFAULT_SHARED_MEM_LIMIT"]
@@ -68,7 +69,7 @@ _CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6
 class _LaunchAttribute(ctypes.Structure):
     """``CUlaunchAttribute``: an id, padding, and a 64-byte value union (here one int)."""
 
-    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4), ("value", ctypes.c_int * 16)]
+    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4), ("value", ctypes.c_uint64 * 8)]
 
 
 class _LaunchConfig(ctypes.Structure):
@@ -165,7 +166,7 @@ class _CudaDriver:
             fn.restype = c_int
             fn.argtypes = argtypes
         self.cuLaunchKernel = lib.cuLaunchKernel
-        #: None where the driver predates it (CUDA 12.0)
+        #: None where the driver predates CUDA 12.0, which added it
         self.cuLaunchKernelEx = getattr(lib, "cuLaunchKernelEx", None)
         if self.cuLaunchKernelEx is not None:
             self.cuLaunchKernelEx.restype = c_int
@@ -455,36 +456,47 @@ class CompiledKernel:
 
     def _launch_dependent(self, grid: Any, block: Any, args: Sequence[Any], shared_mem: int, stream: int) -> None:
         """Launch through ``cuLaunchKernelEx`` with programmatic stream serialization on the
-        raw handle `stream`."""
+        raw handle `stream`. Where the driver refuses the attribute (say, while a graph is
+        captured on a driver that cannot record it), the kernel is launched plainly, now and
+        from then on."""
         if self._drv_function is None:
             self._load_driver_function()
-        cfg = self._config
-        if cfg is None:
-            attr = _LaunchAttribute()
-            attr.id = _CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
-            attr.value[0] = 1  # programmaticStreamSerializationAllowed
-            cfg = _LaunchConfig()
-            cfg.attrs = ctypes.pointer(attr)
-            cfg.num_attrs = 1
-            self._config, self._config_ref, self._config_key = cfg, ctypes.byref(cfg), None
         launch_ex = _driver().cuLaunchKernelEx
-        key = (grid, block, shared_mem, stream)
+        key = (tuple(grid), tuple(block), shared_mem, stream)
         with self._drv_lock:  # the parameter buffer and the config are shared; the driver copies both
+            if self._config is None:
+                attr = _LaunchAttribute()
+                attr.id = _CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+                attr.value[0] = 1  # programmaticStreamSerializationAllowed (an int at the union's start)
+                cfg = _LaunchConfig()
+                cfg.attrs = ctypes.pointer(attr)
+                cfg.num_attrs = 1
+                self._config, self._config_ref = cfg, ctypes.byref(cfg)
+            cfg = self._config
             try:
                 self._pack_into(self._drv_params, 0, *args)
             except struct.error as e:
                 raise self._bad_args(args, e) from None
             if key != self._config_key:  # (a kernel mostly launches alike: set the fields on change)
-                cfg.grid_x, cfg.grid_y, cfg.grid_z = grid
-                cfg.block_x, cfg.block_y, cfg.block_z = block
+                cfg.grid_x, cfg.grid_y, cfg.grid_z = key[0]
+                cfg.block_x, cfg.block_y, cfg.block_z = key[1]
                 cfg.shared_mem = shared_mem
                 cfg.stream = stream
                 self._config_key = key
             rc = launch_ex(self._config_ref, self._drv_function, None, self._drv_extra)
             if rc != _CUDA_SUCCESS and self._fix_context():
                 rc = launch_ex(self._config_ref, self._drv_function, None, self._drv_extra)
-        if rc != _CUDA_SUCCESS:
-            raise KernelLaunchError(self._launch_context(grid, block, shared_mem, stream, _driver().error(rc)))
+        if rc == _CUDA_SUCCESS:
+            return
+        refused = _driver().error(rc)
+        self.dependent_launch = False
+        warnings.warn(f"kernel {self.name!r}: the driver refused a programmatic dependent launch ({refused}); "
+                      f"it is launched plainly from now on", RuntimeWarning, stacklevel=3)
+        try:
+            self._launch_driver(grid, block, args, shared_mem, stream)
+        except KernelLaunchError as e:
+            raise KernelLaunchError(f"{e} (and as a programmatic dependent launch, which FUSER_DISABLE=pdl "
+                                    f"turns off: {refused})") from None
 
     def _load_driver_function(self) -> None:
         drv = _driver()
