@@ -32,16 +32,12 @@ def welford_merge(s: WelfordMerge) -> list[str]:
 
 def block_allreduce(s: BlockAllReduce) -> list[str]:
     which = {ParallelType.TIDx: "x", ParallelType.TIDy: "y"}[s.over]
+    if s.bdy and s.over != ParallelType.TIDy:
+        raise ValueError("a block reduction over threadIdx.x takes no fixed blockDim.y")
     # template arguments: <Free> where it is false, <Free, BDX> where blockDim.x is fixed,
     # <Free, BDX, BDY> where blockDim.y is (BDX 0: read at run time)
-    if s.bdy:
-        if s.over != ParallelType.TIDy:
-            raise ValueError("a block reduction over threadIdx.x takes no fixed blockDim.y")
-        free = f"<{'true' if s.free_after else 'false'}, {s.bdx}, {s.bdy}>"
-    elif s.bdx:
-        free = f"<{'true' if s.free_after else 'false'}, {s.bdx}>"
-    else:
-        free = "" if s.free_after else "<false>"
+    args = ["true" if s.free_after else "false", str(s.bdx), str(s.bdy)][:3 if s.bdy else 2 if s.bdx else 1]
+    free = "" if args == ["true"] else f"<{', '.join(args)}>"
     if s.tile:
         if s.over != ParallelType.TIDy or s.out != s.value:
             raise ValueError("a tile block reduction combines a register array in place over threadIdx.y")

@@ -338,9 +338,11 @@ class CompiledKernel:
         #: launched as a programmatic dependent of the stream's previous kernel (only a kernel
         #: that waits for the grids before it, on a GPU that supports it, may be)
         self.dependent_launch = bool(dependent_launch) and _dependent_launch_supported(self.device_index)
+        # (made with the driver function: the launch config, its byref, cuLaunchKernelEx)
         self._config: _LaunchConfig | None = None
         self._config_ref: Any = None
         self._config_key: Any = None
+        self._cu_launch_ex: Any = None
 
     # -- diagnostics ----------------------------------------------------------------------------
 
@@ -461,18 +463,9 @@ class CompiledKernel:
         from then on."""
         if self._drv_function is None:
             self._load_driver_function()
-        launch_ex = _driver().cuLaunchKernelEx
+        launch_ex, cfg = self._cu_launch_ex, self._config
         key = (tuple(grid), tuple(block), shared_mem, stream)
         with self._drv_lock:  # the parameter buffer and the config are shared; the driver copies both
-            if self._config is None:
-                attr = _LaunchAttribute()
-                attr.id = _CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
-                attr.value[0] = 1  # programmaticStreamSerializationAllowed (an int at the union's start)
-                cfg = _LaunchConfig()
-                cfg.attrs = ctypes.pointer(attr)
-                cfg.num_attrs = 1
-                self._config, self._config_ref = cfg, ctypes.byref(cfg)
-            cfg = self._config
             try:
                 self._pack_into(self._drv_params, 0, *args)
             except struct.error as e:
@@ -530,6 +523,13 @@ class CompiledKernel:
                 self._drv_params = bytearray(0)
                 self._drv_extra = None
             self._cu_launch = drv.cuLaunchKernel
+            if self.dependent_launch:
+                attr = _LaunchAttribute()
+                attr.id = _CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+                attr.value[0] = 1  # programmaticStreamSerializationAllowed (an int at the union's start)
+                self._config = _LaunchConfig(attrs=ctypes.pointer(attr), num_attrs=1)
+                self._config_ref = ctypes.byref(self._config)
+                self._cu_launch_ex = drv.cuLaunchKernelEx
             self._drv_module = module.value
             self._drv_function = function.value  # last: launches test it before taking the lock
 
