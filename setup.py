@@ -20,8 +20,11 @@ extensions = [
 ]
 
 setup(
-    packages=find_packages(include=["fuser*"]),
+    # Every directory under fuser/ is a regular package (tests/test_packaging.py checks
+    # that the wheel holds all of them): find_packages skips one without __init__.py.
+    packages=find_packages(include=["fuser", "fuser.*"]),
     package_data={
+        # Sources beside the compiled modules, for tracebacks and for cimport.
         "fuser._core": ["*.pyx", "*.pxd"],
         # CUDA headers that generated kernels #include, in any subpackage.
         "": ["*.cuh"],

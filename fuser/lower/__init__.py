@@ -1,0 +1,1 @@
+"""Lowering: scheduled Fusion IR to kernel IR (structured statements, no C text)."""
