@@ -377,7 +377,7 @@ class InnerOuterLowering(ReductionLowering):
             return sum(1 for i in tv_of[name].logical_no_reductions()
                        if not i.is_broadcast and find(id_of(i)) in self._row_classes)
 
-        limits = self.sub.a.info.device_limits if self.sub.a.info is not None else DeviceLimits()
+        limits = self.sub.a.info.device_limits if self.sub.a.info is not None else DeviceLimits.target()
         budget = min(STAGE_MAX_BYTES, limits.smem_per_block - STATIC_SMEM_RESERVE)
         for name in sorted(stages, key=row_axes, reverse=True):
             _, dt, per, _ = stages[name]

@@ -2,6 +2,8 @@
 type, and the device's limits."""
 from __future__ import annotations
 
+import os
+import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -15,7 +17,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class DeviceLimits:
-    """Per-SM resources a kernel's launch configuration and persistent buffers must fit."""
+    """Per-SM resources a kernel's launch configuration and persistent buffers must fit.
+    The field defaults are the default planning target's (`DEFAULT_TARGET`: an H100)."""
 
     sm_count: int = 132
     smem_per_sm: int = 228 * 1024
@@ -24,44 +27,136 @@ class DeviceLimits:
     registers_per_sm: int = 64 * 1024  # 32-bit registers
     max_threads_per_block: int = 1024
     max_threads_per_sm: int = 2048
-    #: resident blocks per SM at most (torch does not report it: see _MAX_BLOCKS_PER_SM)
+    #: resident blocks per SM at most (torch does not report it: see _ARCH_LIMITS)
     max_blocks_per_sm: int = 32
     warp_size: int = 32
-    name: str = "NVIDIA H100 (assumed: no GPU present)"
+    name: str = "H100"
+    #: compute capability (major, minor)
+    arch: tuple[int, int] = (9, 0)
 
     @property
     def register_file_bytes(self) -> int:
         return self.registers_per_sm * 4
 
+    def describe(self) -> str:
+        """One line naming the device or target and the limits plans depend on most."""
+        major, minor = self.arch
+        return f"{self.name} (sm_{major}{minor}, {self.sm_count} SMs, {self.smem_per_block // 1024} KB smem)"
+
     @classmethod
     def h100(cls) -> "DeviceLimits":
-        return cls()
+        """The H100 target (the default planning target)."""
+        return TARGETS["h100"]
+
+    @classmethod
+    def target(cls, name: str | None = None) -> "DeviceLimits":
+        """The named planning target; without a name, FUSER_TARGET's, else DEFAULT_TARGET."""
+        if name is None:
+            name = os.environ.get(TARGET_ENV, "").strip() or DEFAULT_TARGET
+        got = TARGETS.get(name.lower())
+        if got is None:
+            raise ValueError(f"{TARGET_ENV}={name!r}: no such planning target; the targets are "
+                             f"{', '.join(sorted(TARGETS))}")
+        return got
 
     @classmethod
     def of(cls, device: torch.device) -> "DeviceLimits":
-        """The limits of `device`; an H100's when it is not a CUDA device."""
+        """The limits of `device`; the planning target's (`target()`) when it is not a CUDA
+        device or there is none. A property torch does not report is taken as the smaller
+        of the default target's and what the device's architecture is known to have
+        (`_ARCH_LIMITS`), with a warning (once per device and properties)."""
         if device.type != "cuda" or not torch.cuda.is_available():
-            return cls.h100()
+            return cls.target()
         p = torch.cuda.get_device_properties(device)
-        smem_sm = getattr(p, "shared_memory_per_multiprocessor", cls.smem_per_sm)
-        smem_block = getattr(p, "shared_memory_per_block_optin", cls.smem_per_block)
-        regs = getattr(p, "regs_per_multiprocessor", cls.registers_per_sm)
+        arch = (p.major, p.minor)
+        default = TARGETS[DEFAULT_TARGET]
+        known = _ARCH_LIMITS.get(arch, {})
+        values: dict[str, int] = {}
+        guessed: list[str] = []
+        for prop, field_ in _REPORTED:
+            v = getattr(p, prop, None)
+            if not isinstance(v, int) or v <= 0:
+                # a limit taken too large plans kernels that fail to launch: take the smaller
+                v = min(getattr(default, field_), known.get(field_, getattr(default, field_)))
+                guessed.append(f"{prop} (took {v})")
+            values[field_] = int(v)
+        if guessed:
+            _warn_once(p.name, arch, guessed)
         return cls(
             sm_count=p.multi_processor_count,
-            smem_per_sm=smem_sm,
-            smem_per_block=smem_block,
-            registers_per_sm=regs,
-            max_threads_per_block=getattr(p, "max_threads_per_block", 1024),
-            max_threads_per_sm=getattr(p, "max_threads_per_multi_processor", cls.max_threads_per_sm),
-            warp_size=getattr(p, "warp_size", 32),
-            max_blocks_per_sm=_MAX_BLOCKS_PER_SM.get((p.major, p.minor), cls.max_blocks_per_sm),
+            # CUDA's limit on every architecture since sm_20 (torch does not report it)
+            max_threads_per_block=1024,
+            # torch does not report it either; an architecture not in the table is taken as
+            # the default target's
+            max_blocks_per_sm=known.get("max_blocks_per_sm", default.max_blocks_per_sm),
             name=p.name,
+            arch=arch,
+            **values,
         )
 
 
-#: resident blocks per SM by compute capability where it is not 32 (CUDA programming guide,
-#: "Technical Specifications per Compute Capability")
-_MAX_BLOCKS_PER_SM = {(7, 5): 16, (8, 6): 16, (8, 7): 16, (8, 9): 24}
+#: FUSER_TARGET: the planning target where there is no CUDA device (meta or CPU inputs)
+TARGET_ENV = "FUSER_TARGET"
+#: the planning target when FUSER_TARGET names none
+DEFAULT_TARGET = "h100"
+#: named planning targets (CUDA programming guide, "Technical Specifications per Compute
+#: Capability", and the products' SM counts): what CPU / meta planning assumes
+TARGETS: dict[str, DeviceLimits] = {
+    "h100": DeviceLimits(),
+    # an H200 is an H100's chip (sm_90, 132 SMs) with more and faster memory
+    "h200": DeviceLimits(name="H200"),
+    "a100": DeviceLimits(sm_count=108, smem_per_sm=164 * 1024, smem_per_block=163 * 1024, name="A100", arch=(8, 0)),
+    "l40s": DeviceLimits(sm_count=142, smem_per_sm=100 * 1024, smem_per_block=99 * 1024, max_threads_per_sm=1536,
+                         max_blocks_per_sm=24, name="L40S", arch=(8, 9)),
+}
+
+#: (torch device property, DeviceLimits field) of the limits torch reports
+_REPORTED = (
+    ("shared_memory_per_multiprocessor", "smem_per_sm"),
+    ("shared_memory_per_block_optin", "smem_per_block"),
+    ("regs_per_multiprocessor", "registers_per_sm"),
+    ("max_threads_per_multi_processor", "max_threads_per_sm"),
+    ("warp_size", "warp_size"),
+)
+
+#: per compute capability, what the CUDA programming guide ("Technical Specifications per
+#: Compute Capability") gives: resident blocks per SM (torch never reports it), and the
+#: limits used where torch lacks a property
+_ARCH_LIMITS: dict[tuple[int, int], dict[str, int]] = {
+    (7, 5): dict(max_blocks_per_sm=16, smem_per_sm=64 * 1024, smem_per_block=64 * 1024, max_threads_per_sm=1024,
+                 registers_per_sm=64 * 1024, warp_size=32),
+    (8, 0): dict(max_blocks_per_sm=32, smem_per_sm=164 * 1024, smem_per_block=163 * 1024, max_threads_per_sm=2048,
+                 registers_per_sm=64 * 1024, warp_size=32),
+    (8, 6): dict(max_blocks_per_sm=16, smem_per_sm=100 * 1024, smem_per_block=99 * 1024, max_threads_per_sm=1536,
+                 registers_per_sm=64 * 1024, warp_size=32),
+    (8, 7): dict(max_blocks_per_sm=16, smem_per_sm=164 * 1024, smem_per_block=163 * 1024, max_threads_per_sm=1536,
+                 registers_per_sm=64 * 1024, warp_size=32),
+    (8, 9): dict(max_blocks_per_sm=24, smem_per_sm=100 * 1024, smem_per_block=99 * 1024, max_threads_per_sm=1536,
+                 registers_per_sm=64 * 1024, warp_size=32),
+    (9, 0): dict(max_blocks_per_sm=32, smem_per_sm=228 * 1024, smem_per_block=227 * 1024, max_threads_per_sm=2048,
+                 registers_per_sm=64 * 1024, warp_size=32),
+}
+
+_warned: set[tuple] = set()
+
+
+def target_line(limits: DeviceLimits) -> str:
+    """The "target: ..." line of the dumps: the device plans were made for, or the planning
+    target (and how to choose another) where there was no CUDA device."""
+    for key, t in TARGETS.items():
+        if limits is t:
+            return f"target: {limits.describe()} [no CUDA device: planning target {key!r}; {TARGET_ENV} chooses]"
+    return f"target: {limits.describe()}"
+
+
+def _warn_once(name: str, arch: tuple[int, int], guessed: list[str]) -> None:
+    key = (name, arch, tuple(guessed))
+    if key in _warned:
+        return
+    _warned.add(key)
+    warnings.warn(f"fuser: torch reports no {', '.join(guessed)} for {name} (sm_{arch[0]}{arch[1]}); "
+                  f"planning with the smaller of the default target's ({TARGETS[DEFAULT_TARGET].describe()}) "
+                  f"and the architecture's known value", RuntimeWarning, stacklevel=3)
 
 
 #: fraction of the register file a persistent kernel may hold buffers in; the rest is for

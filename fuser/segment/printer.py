@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from fuser.ir.printer import expr_str, val_str
+from fuser.scheduler.runtime_info import target_line
 
 from .segmented_fusion import SegmentedFusion, SegmentedGroup
 
@@ -15,7 +16,11 @@ def _val_line(v) -> str:
 
 
 def segmented_fusion_str(seg: SegmentedFusion) -> str:
-    lines = ["Segmented_Fusion Dump: -- fusion segments:", "Segmented_Fusion{ ", "groups: "]
+    lines = ["Segmented_Fusion Dump: -- fusion segments:"]
+    if seg.runtime_info is not None:
+        # what the schedulers' decisions assumed (they depend on the device's limits)
+        lines.append(target_line(seg.runtime_info.device_limits))
+    lines += ["Segmented_Fusion{ ", "groups: "]
     lines += [_ids(g) for g in seg.groups]
     lines += ["", "edges: "]
     for e in seg.edges:

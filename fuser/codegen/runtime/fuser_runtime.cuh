@@ -321,21 +321,36 @@ FUSER_DEVICE void wait_for_prior_grids() {
 
 // Asynchronous global -> shared copies (sm_80+): BYTES (4, 8 or 16) from `src` to `dst`,
 // both aligned to BYTES; complete once the issuing thread has committed and waited for them.
-// 16-byte copies bypass L1 (.cg): staged rows are read once.
+// 16-byte copies bypass L1 (.cg): staged rows are read once. Below sm_80, which has no
+// cp.async (ptxas refuses it), the copy is an ordinary load and store, complete at once, and
+// commit / wait do nothing: the thread that copies is the one that reads the copy back.
 template <int BYTES>
 FUSER_DEVICE void cp_async(void* dst, const void* src) {
   static_assert(BYTES == 4 || BYTES == 8 || BYTES == 16, "cp_async copies 4, 8 or 16 bytes");
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
   if (BYTES == 16) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(src) : "memory");
   } else {
     asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(s), "l"(src), "n"(BYTES) : "memory");
   }
+#else
+  typedef typename detail::VecWord<BYTES>::type W;
+  *static_cast<W*>(dst) = *static_cast<const W*>(src);
+#endif
 }
-FUSER_DEVICE void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+FUSER_DEVICE void cp_async_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
 // wait until at most PENDING of the thread's newest committed groups are still in flight
 template <int PENDING>
-FUSER_DEVICE void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING) : "memory"); }
+FUSER_DEVICE void cp_async_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING) : "memory");
+#endif
+}
 
 // dst[0..N) = src[0..N) with one 2/4/8/16-byte store; `dst` aligned as `src` of load_vec.
 template <typename T, int N>
