@@ -103,6 +103,16 @@ CASES: list[Case] = [
                                      rand(1, 50, device=d).expand(30, 50)], 1, flat=True),
     _case("expanded_arg", lambda d: [rand(1, 40, device=d).expand(25, 40), unique_index(25, (10, 40), 0, device=d),
                                      rand(10, 40, device=d)], 0),
+    # broadcast and expanded indices (issue 34): every row writes at the same positions
+    _case("expanded_index_along_other_dim", lambda d: [rand(6, 20, device=d),
+                                                       unique_index(20, (1, 9), 1, device=d).expand(6, 9),
+                                                       rand(6, 9, device=d)], 1, flat=True),
+    _case("computed_broadcast_index", lambda d: [rand(6, 20, device=d), unique_index(20, (9,), 0, device=d),
+                                                 rand(6, 9, device=d)], 1, flat=True,
+          index=lambda fd, i: fd.ops.broadcast_in_dim(i, shape=[6, fd.ops.size(i, 0)], broadcast_dims=[1])),
+    # a floating-point index, converted as nvFuser's kernels convert it (truncated toward zero)
+    _case("float_index", lambda d: [rand(12, 30, device=d), unique_index(30, (12, 10), 1, device=d).float() + 0.5,
+                                    rand(12, 10, device=d)], 1, flat=True),
     # zero-size index: the output is a copy of arg
     _case("zero_size_index", lambda d: [rand(7, 9, device=d), torch.empty(0, 9, dtype=I64, device=d),
                                         rand(0, 9, device=d)], 0, flat=True),

@@ -1,16 +1,19 @@
 """Index ops as generated kernels on the GPU: every case of indexing_cases runs through
 fd.execute (a kernel: last_cuda_code proves it) on fresh inputs with outputs poisoned
 first and matches the reference executor (run on the same inputs copied to the CPU, where
-PyTorch raises instead of asserting on the device); out-of-range indices raise an
-IndexError naming the op after the launch, and the next launch still works."""
+PyTorch raises instead of asserting on the device), and the cases with eager PyTorch's
+outputs (broadcast, expanded, computed and floating-point indices; Thunder's
+cross-entropy) match those; out-of-range indices raise an IndexError naming the op after
+the launch, and the next launch still works."""
 import pytest
 import torch
 
 from fuser import DataType, FusionDefinition
+from fuser.cli.bench import fuser_segments
 from fuser.runtime.reference import run_reference
 from fuser.runtime.tolerance import assert_close
 
-from indexing_cases import CASES, indices, on_cpu as _cpu, rand
+from indexing_cases import CASES, cross_entropy, indices, on_cpu as _cpu, rand, targets
 
 pytestmark = pytest.mark.gpu
 
@@ -166,3 +169,103 @@ def test_zero_size_index_tensors():
     a, b = fd.execute([x, i, j])
     assert a.shape == (0, 5)
     assert torch.equal(b, torch.gather(x, 1, j))
+
+
+_WANT = [c for c in CASES if c.want is not None]
+
+
+@pytest.mark.parametrize("case", _WANT, ids=[c.name for c in _WANT])
+def test_indexing_kernels_match_torch(case):
+    """Broadcast, expanded and computed indices read by ops over every row (issue 34),
+    floating-point indices, Thunder's cross-entropy: every segment runs its generated
+    kernel, and the outputs are eager PyTorch's on the GPU, on two sets of fresh inputs."""
+    pytest.importorskip("pycuda")
+    torch.manual_seed(0)
+    inputs = case.inputs("cuda")
+    with FusionDefinition() as fd:
+        case.build(fd, inputs)
+    for k, xs in enumerate((inputs, case.inputs("cuda"))):
+        got = fd.execute(xs)
+        segments = fuser_segments(fd)
+        assert segments and all(generated for _, generated in segments), (case.name, segments)
+        assert case.kind in fd.last_cuda_code()
+        want = case.want(*xs)
+        assert len(got) == len(want)
+        for n, (g, w) in enumerate(zip(got, want)):
+            assert g.device.type == "cuda"
+            assert_close(g, w, what=f"{case.name} output {n} (inputs {k})")
+
+
+@pytest.mark.parametrize("ignore_index", [-100, -10])
+def test_cross_entropy_as_thunder_emits_it_at_model_size(ignore_index):
+    """Thunder's nvFuser cross_entropy (a Float index into take_along_axis) at an LLM's
+    vocabulary: generated kernels, F.cross_entropy's loss."""
+    pytest.importorskip("pycuda")
+    torch.manual_seed(2)
+    logits = rand(2048, 32064, device="cuda")
+    target = targets(32064, 2048, ignore_index, device="cuda")
+    with FusionDefinition() as fd:
+        for out in cross_entropy(fd, fd.from_pytorch(logits), fd.from_pytorch(target), ignore_index):
+            fd.add_output(out)
+    (loss,) = fd.execute([logits, target])
+    assert all(generated for _, generated in fuser_segments(fd)), fuser_segments(fd)
+    assert_close(loss, torch.nn.functional.cross_entropy(logits, target, ignore_index=ignore_index), what="loss")
+
+
+def test_out_of_range_float_index_raises_naming_the_truncated_value():
+    pytest.importorskip("pycuda")
+    x = rand(4, 6, device="cuda")
+    for op in ("gather", "take_along_axis"):
+        with FusionDefinition() as fd:
+            t = fd.from_pytorch(x)
+            i = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float)
+            fd.add_output(fd.ops.exp(getattr(fd.ops, op)(t, i, 1)))
+        good = indices(6, (4, 5), device="cuda").float() + 0.75
+        bad = good.clone()
+        bad[3, 4] = 6.25
+        with pytest.raises(IndexError, match=rf"{op}: index 6 is out of bounds for dimension 1 .*size 6"):
+            fd.execute([x, bad])
+        (out,) = fd.execute([x, good])
+        assert fuser_segments(fd) == [("pointwise", True)]
+        assert_close(out, torch.exp(torch.gather(x, 1, good.long())), what=op)
+
+
+def test_take_along_axis_with_unbroadcastable_expanded_index_raises_as_torch():
+    pytest.importorskip("pycuda")
+    x = rand(3, 5, device="cuda")
+    with FusionDefinition() as fd:
+        t = fd.from_pytorch(x)
+        i = fd.define_tensor(shape=[-1, -1], contiguity=[None, True], dtype=DataType.Int)
+        fd.add_output(fd.ops.mul(fd.ops.take_along_axis(t, i, 1), 2.0))
+    with pytest.raises(RuntimeError, match="must match the size"):
+        fd.execute([x, indices(5, (1, 2), device="cuda").expand(4, 2)])
+    good = indices(5, (1, 2), device="cuda").expand(3, 2)
+    (out,) = fd.execute([x, good])
+    assert fuser_segments(fd) == [("pointwise", True)]
+    assert_close(out, torch.take_along_dim(x, good, 1) * 2.0, what="take_along_axis")
+
+
+def test_grid_reduction_beside_an_index_check_on_a_fresh_stream():
+    # a grid reduction's partials and the index ops' error flag, made on a stream's first
+    # launch: the partials were once freed before the launch, the flag took their memory,
+    # and the kernel's partials overwrote it (a spurious IndexError; GPU fuzz seed 9610 case
+    # 169). Each new stream makes a new flag.
+    pytest.importorskip("pycuda")
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], stride_order=[0, 1])  # column-major
+        i = fd.define_tensor(shape=[-1], contiguity=[True], dtype=DataType.Int32)
+        v, m = fd.ops.var_mean(fd.ops.index_select(x, i, dim=0), dims=[1], correction=0, keepdim=False)
+        fd.add_output(v)
+        fd.add_output(m)
+    x = rand(4097, 7, device="cuda").t()
+    idx = torch.randint(0, 7, (7,), device="cuda", dtype=torch.int32)
+    for _ in range(4):
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            var, mean = fd.execute([x, idx])
+        torch.cuda.current_stream().wait_stream(s)
+        assert "semaphore" in fd.last_cuda_code() and "index_error" in fd.last_cuda_code()
+        sel = x[idx.long()]
+        assert_close(mean, sel.mean(1), rtol=1e-5, atol=1e-5, what="mean")
+        assert_close(var, sel.var(1, correction=0), rtol=1e-4, atol=1e-4, what="var")

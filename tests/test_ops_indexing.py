@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from _opcheck import (  # noqa: F401 - _seed is an autouse fixture
+    DEVICE,
     DTYPES,
     FLOATS,
     _seed,
@@ -23,6 +24,12 @@ from _opcheck import (  # noqa: F401 - _seed is an autouse fixture
     rand,
 )
 from fuser import DataType, FusionDefinition
+from fuser.errors import DefinitionTypeError
+from fuser.ir import IterType
+from fuser.ir.dtype import from_torch
+
+import indexing_cases
+from scatter_cases import unique_index
 
 _INDEX_DTYPES = [DataType.Int32, DataType.Int]
 
@@ -66,9 +73,55 @@ def test_index_select_noncontiguous_and_expanded():
         check(out, torch.index_select(x, 0, index))
 
 
-def test_index_select_rejects_float_index():
-    x, index = torch.randn(4, 3), torch.tensor([0.0, 1.0])
-    assert_rejects("index_select", lambda fd, t, i: fd.ops.index_select(t, i, 0), [x, index])
+_FLOAT_INDEX = [DataType.Half, DataType.BFloat16, DataType.Float, DataType.Double]
+
+
+def _fractional(index: torch.Tensor, dtype: DataType) -> torch.Tensor:
+    """`index` as `dtype` with a fraction added that the conversion drops (truncation toward
+    zero keeps the position), where the dtype holds it exactly."""
+    frac = 0.5 if dtype in (DataType.Half, DataType.BFloat16) else 0.75
+    return (index.double() + frac).to(dtype.torch)
+
+
+@pytest.mark.parametrize("dtype", _FLOAT_INDEX, ids=ids(_FLOAT_INDEX))
+def test_floating_point_index_tensors_are_truncated_as_nvfuser_converts_them(dtype):
+    """nvFuser takes a floating-point index in index_select, gather, take_along_axis and
+    scatter (its kernels convert the element to the index type): so does fuser, as torch's
+    `.long()` converts it."""
+    x = rand((6, 9), DataType.Float)
+    i1 = _fractional(torch.randint(0, 6, (11,)), dtype).to(x.device)
+    (out,) = fusion(lambda fd, t, i: fd.ops.index_select(t, i, 0), [x, i1])
+    check(out, torch.index_select(x, 0, i1.long()), "index_select")
+    i2 = _fractional(torch.randint(0, 9, (6, 13)), dtype).to(x.device)
+    for name, want in (("gather", torch.gather(x, 1, i2.long())),
+                       ("take_along_axis", torch.take_along_dim(x, i2.long(), 1))):
+        (out,) = fusion(lambda fd, t, i: getattr(fd.ops, name)(t, i, 1), [x, i2])
+        check(out, want, name)
+    i3 = _fractional(unique_index(9, (6, 5), 1), dtype).to(x.device)
+    src = rand((6, 5), DataType.Float)
+    (out,) = fusion(lambda fd, t, i, s: fd.ops.scatter(t, i, s, 1), [x, i3, src])
+    check(out, torch.scatter(x, 1, i3.long(), src), "scatter")
+
+
+def test_negative_fraction_index_truncates_toward_zero():
+    """-0.5 converts to 0 (in range), -1.5 to -1 (out of range), as a C conversion does."""
+    x = rand((4, 5), DataType.Float)
+    (out,) = fusion(lambda fd, t, i: fd.ops.index_select(t, i, 0), [x, torch.tensor([-0.5, 3.9, 1.2], device=x.device)])
+    check(out, x[[0, 3, 1]])
+    with pytest.raises(IndexError):  # the reference's message is torch's, a kernel's names the value
+        fusion(lambda fd, t, i: fd.ops.index_select(t, i, 0), [x, torch.tensor([-1.5], device=x.device)])
+
+
+@pytest.mark.parametrize("op", ["index_select", "gather", "take_along_axis", "scatter"])
+def test_index_tensor_of_bool_or_complex_is_rejected_naming_the_index(op):
+    x = torch.randn(4, 3)
+    for index in (torch.zeros(2, 3, dtype=torch.bool), torch.zeros(2, 3, dtype=torch.complex64)):
+        if op == "index_select":
+            index = index[0]
+        args = [x, index] + ([torch.randn(2, 3)] if op == "scatter" else [])
+        with pytest.raises(DefinitionTypeError, match=rf"fd\.ops\.{op}: .*index must be an integer or "
+                                                      rf"floating-point tensor, got {from_torch(index.dtype)}"):
+            define_fusion(lambda fd, *ts: getattr(fd.ops, op)(*ts, 0), args)
 
 
 # --- gather, take_along_axis, scatter --------------------------------------------------------------
@@ -115,6 +168,169 @@ def test_scatter(dtype, index_dtype):
         src = rand(index.shape, dtype)
         (out,) = fusion(lambda fd, t, i, s: fd.ops.scatter(t, i, s, dim), [x, index, src])
         check(out, torch.scatter(x, dim, index.long(), src), f"scatter(dim={dim})")
+
+
+# --- broadcast and expanded indices (issue 34) ------------------------------------------------------
+
+
+def _out_axes(build, *inputs):
+    """(iter type, expanded) of each axis of `build`'s output, its inputs defined from
+    `inputs` (meta tensors: sizes and strides only)."""
+    with FusionDefinition() as fd:
+        fd.add_output(build(fd, *[fd.from_pytorch(x) for x in inputs]))
+    (out,) = fd.fusion.outputs
+    return [(i.iter_type, i.has_expanded_extent) for i in out.logical_no_reductions()]
+
+
+_I, _B, _E = (IterType.Iteration, False), (IterType.Broadcast, False), (IterType.Broadcast, True)
+
+
+def _meta(*shape, expand=None, dtype=torch.float32):
+    t = torch.empty(shape, dtype=dtype, device="meta")
+    return t.expand(*expand) if expand else t
+
+
+def test_take_along_axis_output_axes_follow_nvfuser_rule():
+    """On the gathered axis the output's axis is the index's; on the others the input's,
+    unless the input's is a broadcast and the index's is not, or the index's is expanded:
+    the output varies along an axis where the input or the index does."""
+    def axes(x, i):
+        return _out_axes(lambda fd, t, j: fd.ops.take_along_axis(t, j, 1), x, i)
+
+    idx = lambda *s, expand=None: _meta(*s, expand=expand, dtype=torch.int64)  # noqa: E731
+    cases = [
+        (_meta(5, 8), idx(5, 3), [_I, _I]),
+        (_meta(5, 8), idx(1, 3, expand=(5, 3)), [_I, _I]),  # issue 34: the rows of x differ
+        (_meta(5, 8), idx(1, 3), [_I, _I]),  # torch broadcasts the index over x's rows
+        (_meta(1, 8), idx(5, 3), [_I, _I]),
+        (_meta(1, 8, expand=(5, 8)), idx(5, 3), [_I, _I]),
+        (_meta(1, 8), idx(1, 3), [_B, _I]),
+        (_meta(1, 8, expand=(5, 8)), idx(1, 3), [_E, _I]),  # constant along the rows: both are
+        (_meta(1, 8), idx(1, 3, expand=(5, 3)), [_E, _I]),
+        (_meta(5, 8), idx(5, 1), [_I, _B]),
+        (_meta(5, 8), idx(5, 1, expand=(5, 4)), [_I, _E]),  # the gathered axis is the index's
+    ]
+    for x, i, want in cases:
+        assert axes(x, i) == want, (tuple(x.shape), x.stride(), tuple(i.shape), i.stride())
+
+
+def test_gather_output_axes_vary_where_input_or_index_do():
+    """gather keeps the index's sizes; an index expanded along an axis the input varies on
+    gives a concrete axis (different input rows at each position)."""
+    idx = lambda *s, expand=None: _meta(*s, expand=expand, dtype=torch.int64)  # noqa: E731
+    gather = lambda fd, t, j: fd.ops.gather(t, j, 1)  # noqa: E731
+    assert _out_axes(gather, _meta(6, 5), idx(1, 7, expand=(6, 7))) == [_I, _I]
+    assert _out_axes(gather, _meta(6, 5), idx(1, 7)) == [_B, _I]  # one row: size 1, as torch's
+    assert _out_axes(gather, _meta(1, 5, expand=(6, 5)), idx(1, 7, expand=(6, 7))) == [_E, _I]
+    assert _out_axes(gather, _meta(6, 5), idx(6, 1, expand=(6, 3))) == [_I, _E]
+
+
+def test_index_select_select_and_scatter_output_axes():
+    """index_select and select: the lookup's axes (the index's on index_select's dim);
+    scatter: the input's, an expanded one concrete (the writes differ along it)."""
+    idx = lambda *s, expand=None: _meta(*s, expand=expand, dtype=torch.int64)  # noqa: E731
+    assert _out_axes(lambda fd, t, j: fd.ops.index_select(t, j, 0), _meta(6, 1, expand=(6, 9)),
+                     idx(1, expand=(4,))) == [_E, _E]
+    assert _out_axes(lambda fd, t, j: fd.ops.index_select(t, j, 1), _meta(6, 9), idx(4)) == [_I, _I]
+    assert _out_axes(lambda fd, t: fd.ops.select(t, 2, 1), _meta(1, 9, expand=(5, 9))) == [_E]
+    assert _out_axes(lambda fd, t, j, s: fd.ops.scatter(t, j, s, 1), _meta(1, 9, expand=(5, 9)),
+                     idx(1, 3, expand=(5, 3)), _meta(5, 3)) == [_I, _I]
+
+
+_WANT_CASES = [c for c in indexing_cases.CASES if c.want is not None]
+
+
+@pytest.mark.parametrize("case", _WANT_CASES, ids=[c.name for c in _WANT_CASES])
+def test_index_ops_with_broadcast_expanded_computed_and_float_indices_match_torch(case):
+    """Each index op with a broadcast, expanded (stride 0) or computed index, followed by an
+    op that reads every row (an add of a full tensor, a sum over the rows), and with
+    floating-point indices; Thunder's cross-entropy: fd.execute against eager PyTorch."""
+    inputs = case.inputs(DEVICE)
+    with FusionDefinition() as fd:
+        case.build(fd, inputs)
+    got = execute(fd, inputs)
+    want = case.want(*inputs)
+    assert len(got) == len(want)
+    for k, (g, w) in enumerate(zip(got, want)):
+        check(g, w, f"{case.name} output {k}")
+
+
+def test_issue_34_take_along_axis_broadcast_index_rows():
+    """The issue's fusion: every row of the result is its own row of x reversed, plus iota
+    (fuser gave row 0 in every row)."""
+    for shape in ((3, 4), (6, 17)):
+        x = rand(shape, DataType.Float)
+        n = shape[1]
+
+        def build(fd, t):
+            io = fd.ops.iota(n, 0, 1, dtype=DataType.Int)
+            idx = fd.ops.broadcast_in_dim(fd.ops.sub(n - 1, io), shape=list(shape), broadcast_dims=[1])
+            iof = fd.ops.broadcast_in_dim(fd.ops.cast(io, DataType.Float), list(shape), [1])
+            return fd.ops.add(fd.ops.take_along_axis(t, idx, 1), iof)
+
+        (out,) = fusion(build, [x])
+        want = torch.take_along_dim(x, (n - 1 - torch.arange(n, device=x.device)).expand(shape), 1) + \
+            torch.arange(n, dtype=x.dtype, device=x.device)
+        check(out, want, f"issue 34 {shape}")
+
+
+def test_issue_34_stride0_index_input_then_sum():
+    """A stride-0 int64 index input: the sum over the rows adds each row's own values."""
+    x = rand((7, 10), DataType.Float)
+    idx = torch.randint(0, 10, (1, 4)).expand(7, 4).to(x.device)
+    for op, want in (("take_along_axis", torch.take_along_dim(x, idx, 1)), ("gather", torch.gather(x, 1, idx))):
+        out = fusion(lambda fd, t, i: [fd.ops.sum(getattr(fd.ops, op)(t, i, 1), [0]),
+                                       fd.ops.sum(getattr(fd.ops, op)(t, i, 1), [1])], [x, idx])
+        check(out[0], want.sum(0), f"{op} summed over the rows")
+        check(out[1], want.sum(1), f"{op} summed within the rows")
+
+
+def test_take_along_axis_with_sizes_torch_cannot_broadcast_raises():
+    """An expanded index of another size than the input's (neither 1) along an axis other
+    than the gathered one: torch's error, not a result broadcast from one row."""
+    x = rand((3, 5), DataType.Float)
+    for idx in (torch.randint(0, 5, (1, 2)).expand(4, 2), torch.randint(0, 5, (1, 2)).expand(2, 2)):
+        with pytest.raises(RuntimeError, match="must match the size"):
+            torch.take_along_dim(x, idx.to(x.device), 1)
+        with pytest.raises(RuntimeError, match="must match the size"):
+            fusion(lambda fd, t, i: fd.ops.mul(fd.ops.take_along_axis(t, i, 1), 2.0), [x, idx.to(x.device)])
+    xe = rand((1, 5), DataType.Float).expand(3, 5)
+    with pytest.raises(RuntimeError, match="must match the size"):
+        fusion(lambda fd, t, i: fd.ops.take_along_axis(t, i, 1), [xe, torch.randint(0, 5, (4, 2)).to(x.device)])
+
+
+@pytest.mark.parametrize("ignore_index", [-100, -10])
+def test_cross_entropy_as_thunder_emits_it(ignore_index):
+    """Thunder's nvFuser cross_entropy: take_along_axis with the Float index
+    `where(target != ignore_index, target, 0.0)`, masked, summed over the valid count."""
+    for rows, classes in ((37, 129), (8, 1000), (1, 5)):
+        logits = rand((rows, classes), DataType.Float)
+        target = indexing_cases.targets(classes, rows, ignore_index, device=logits.device)
+        with FusionDefinition() as fd:
+            t, y = fd.from_pytorch(logits), fd.from_pytorch(target)
+            for out in indexing_cases.cross_entropy(fd, t, y, ignore_index):
+                fd.add_output(out)
+        (loss,) = execute(fd, [logits, target])
+        check(loss, F.cross_entropy(logits, target, ignore_index=ignore_index), f"{rows}x{classes}")
+
+
+def test_scatter_with_broadcast_index_then_ops_over_every_row():
+    """scatter with an index expanded (or broadcast in the fusion) along the rows writes
+    each row's src at the same positions; an add of a full tensor and sums read every row."""
+    x, src, y = rand((6, 20), DataType.Float), rand((6, 9), DataType.Float), rand((6, 20), DataType.Float)
+    positions = unique_index(20, (9,), 0, device=x.device)
+    want = torch.scatter(x, 1, positions.expand(6, 9), src)
+    for expanded in (True, False):
+        def build(fd, t, i, s, u):
+            j = i if expanded else fd.ops.broadcast_in_dim(i, shape=[fd.ops.size(t, 0), fd.ops.size(i, 0)],
+                                                            broadcast_dims=[1])
+            out = fd.ops.scatter(t, j, s, 1)
+            return [fd.ops.add(out, u), fd.ops.sum(out, [0]), fd.ops.sum(out, [1])]
+
+        index = positions[None].expand(6, 9) if expanded else positions
+        got = fusion(build, [x, index, src, y])
+        for g, w, what in zip(got, (want + y, want.sum(0), want.sum(1)), ("add", "sum over rows", "row sums")):
+            check(g, w, f"scatter then {what} (expanded index: {expanded})")
 
 
 def test_scatter_rejects_mismatched_src_dtype():

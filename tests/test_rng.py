@@ -285,7 +285,9 @@ def test_pointwise_code_draws_through_one_cache_per_op():
     assert '#include "fuser_random.cuh"' in src and src.count("fuser::Philox rng") == 1
     assert "long long philox_seed" in src and "long long philox_offset" in src
     call = src.split("fuser::rng_uniform_f32(")[1].split(";")[0]
-    assert "philox_offset + " in call  # the execution's base offset plus the op's stream
+    # the execution's base offset plus the op's stream; under graph capture both from the device
+    assert "philox_state[1] : philox_offset) + " in call and "philox_state[0] : philox_seed)" in call
+    assert "const long long* __restrict__ philox_state" in src or "const int64_t* __restrict__ philox_state" in src
     # a contiguous 2D fusion is one merged loop: the linear index is the loop index itself
     assert " / " not in call and " % " not in call
     assert "fuser::float_to_bfloat(fuser::rng_uniform_f32(" in src  # computed in float, rounded once

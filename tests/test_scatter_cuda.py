@@ -11,6 +11,7 @@ from fuser import DataType, FusionDefinition
 from fuser.cli.bench import fuser_segments
 from fuser.runtime.index_check import IndexOutOfRangeError
 from fuser.runtime.reference import run_reference
+from fuser.runtime.tolerance import assert_close
 
 from indexing_cases import on_cpu as _cpu, rand
 from scatter_cases import CASES, any_index, unique_index
@@ -151,3 +152,41 @@ def test_scatter_on_a_side_stream():
         (again,) = fd.execute([x, i, s])
     side.synchronize()
     assert torch.equal(out, torch.scatter(x, 0, i, s)) and torch.equal(again, out)
+
+
+@pytest.mark.parametrize("expanded", [True, False], ids=["expanded_input", "broadcast_in_fusion"])
+def test_scatter_with_broadcast_index_then_ops_over_every_row(expanded):
+    """An index broadcast along the rows (a stride-0 input, or broadcast in the fusion):
+    every row writes its src at the same positions; an add of a full tensor and sums over
+    and within the rows read every row of the result (generated kernels, against torch)."""
+    pytest.importorskip("pycuda")
+    x, src, y = rand(300, 200, device="cuda"), rand(300, 90, device="cuda"), rand(300, 200, device="cuda")
+    positions = unique_index(200, (90,), 0, device="cuda")
+    index = positions[None].expand(300, 90) if expanded else positions
+    with FusionDefinition() as fd:
+        t, i, s, u = (fd.from_pytorch(v) for v in (x, index, src, y))
+        if not expanded:
+            i = fd.ops.broadcast_in_dim(i, shape=[fd.ops.size(t, 0), fd.ops.size(i, 0)], broadcast_dims=[1])
+        out = fd.ops.scatter(t, i, s, 1)
+        for o in (fd.ops.add(out, u), fd.ops.sum(out, [0]), fd.ops.sum(out, [1])):
+            fd.add_output(o)
+    got = fd.execute([x, index, src, y])
+    segments = fuser_segments(fd)
+    assert ("greedy", True) in segments and all(generated for _, generated in segments), segments
+    want = torch.scatter(x, 1, positions.expand(300, 90), src)
+    for g, w, what in zip(got, (want + y, want.sum(0), want.sum(1)), ("add", "sum over rows", "row sums")):
+        assert_close(g, w, what=f"scatter then {what}")
+
+
+def test_float_index_out_of_range_raises_naming_the_truncated_value():
+    pytest.importorskip("pycuda")
+    fd = _fusion(1, DataType.Float)
+    x, s = rand(6, 10, device="cuda"), rand(6, 4, device="cuda")
+    good = unique_index(10, (6, 4), 1, device="cuda").float() + 0.5
+    bad = good.clone()
+    bad[4, 2] = 10.5
+    with pytest.raises(IndexOutOfRangeError, match=r"scatter: index 10 is out of bounds for dimension 1 .*size 10"):
+        fd.execute([x, bad, s])
+    (out,) = fd.execute([x, good, s])
+    _ran_a_scatter_kernel(fd)
+    assert torch.equal(out, torch.scatter(x, 1, good.long(), s))

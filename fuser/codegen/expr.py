@@ -34,6 +34,7 @@ from fuser.lower.kir import (
     ParallelIndex,
     Param,
     Random,
+    StateOr,
     Ternary,
     Unary,
     Var,
@@ -109,6 +110,9 @@ def _print(e: Expr) -> tuple[str, int]:
         return f"{_operand(e.base, _ATOM)}.{e.field}", _ATOM
     if isinstance(e, Element):
         return f"{_operand(e.base, _ATOM)}[{expr(e.index)}]", _ATOM
+    if isinstance(e, StateOr):
+        state = _operand(e.state, _ATOM)
+        return f"({state} != nullptr ? {state}[{e.k}] : {_operand(e.given, _ATOM)})", _ATOM
     if isinstance(e, CheckedIndex):
         flag = expr(e.flag) if e.flag is not None else "nullptr"
         wrap = "true" if e.wrap else "false"

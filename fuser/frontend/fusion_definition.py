@@ -584,6 +584,15 @@ class FusionDefinition:
                                "(CPU inputs, or no segment a kernel is generated for yet)")
         return _with_header([k.source for k in kernels], intrinsic_code)
 
+    def last_segments(self) -> list:
+        """How each segment of the last `execute` ran: fuser.runtime.segmented.SegmentRun
+        (scheduler, whether it generates kernels, whether it ran its kernel or fell back)."""
+        self._ensure_defined()
+        runner = self._entry.last_runner
+        if runner is None:
+            raise RuntimeError("fd.last_segments(): this fusion has not been executed yet")
+        return runner.segment_runs()
+
     def cuda_code_for(self, inputs: Sequence[Any]) -> str:
         """CUDA source of the kernels `execute(inputs)` would generate. Needs no GPU:
         CPU or meta tensors describe the call."""

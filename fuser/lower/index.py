@@ -18,7 +18,7 @@ from fuser.ir.domain import Resize
 from fuser.ir.exprs import BinaryOpType
 from fuser.ir.mapping import ExactMap, exact_pairs
 from fuser.ir.transforms import id_exprs_between
-from fuser.scheduler.analysis import SubFusion, _permissive_pairs
+from fuser.scheduler.analysis import RESHAPE, SubFusion, _permissive_pairs
 
 from .errors import NotLowerable
 from .kir import Expr, IndexBinary, IntLit, Var, all_of, eq, lt
@@ -190,6 +190,9 @@ class TensorIndexer:
                 raise NotLowerable(f"{tv!r} has two axes the fusion maps onto each other")
         self._classes = _Classes(fusion)
         self._ref_by_class = {self._classes.find(r): r for r in self.ref_logical}
+        #: the reshapes' position relations (runs of equal element counts, by this call's
+        #: sizes): what relates a symbolic reshape's sides, which have no Split/Merge
+        self._reshape_runs = sub._reshape_relations() if RESHAPE in sub.kinds else []
         self._exact: ExactMap | None = None
         #: extents the runtime binds from the input tensors' sizes: parameters, even where
         #: they are expressions of the complete fusion's sizes (a segment's inputs)
@@ -312,26 +315,37 @@ class TensorIndexer:
             if tv.domain.root is not None:
                 rels.extend(id_exprs_between(tv.domain.root, tv.domain.logical))
         cats = [e for e in self.fusion.exprs() if isinstance(e, CatOp)]
+        # a resize reaches the other side whole from a pad's output (its input) or a slice's
+        # input (its output), partly the other way: partial routes only once no whole one
+        # is left, so an axis reached both ways takes the whole one (an output indexed
+        # through a slice of its axis would be written only over the slice)
+        partial = False
         changed = True
-        while changed:
+        while changed or not partial:
+            if not changed:
+                partial = True
             changed = False
 
+            # an expanded broadcast has positions a reshape counts (a reshape of an expanded
+            # input reads it at every one, through stride 0); a plain broadcast only 0
             def put(i: IterDomain, v: Expr, c: tuple[Expr, ...]) -> None:
                 nonlocal changed
-                if i.is_broadcast or find(i) in known:
+                if (i.is_broadcast and not i.has_expanded_extent) or find(i) in known:
                     return
                 known[find(i)] = (v, c)
                 changed = True
 
             def get(i: IterDomain):
-                return None if i.is_broadcast else known.get(find(i))
+                if i.is_broadcast and not i.has_expanded_extent:
+                    return IntLit(0), ()
+                return known.get(find(i))
 
             for t in rels:
                 if isinstance(t, (Split, Merge)):
                     # one relation either way: whole = outer * extent(inner) + inner
                     whole, (o, n) = (t.inputs[0], t.outputs) if isinstance(t, Split) else (t.outputs[0], t.inputs)
                     kw, ko, kn = get(whole), get(o), get(n)
-                    ext = self.extent(n.extent)
+                    ext = self.extent(n.user_extent)
                     if kw is not None and (ko is None or kn is None):
                         put(o, kw[0] // ext, kw[1])
                         put(n, kw[0] % ext, kw[1])
@@ -340,13 +354,32 @@ class TensorIndexer:
                 elif isinstance(t, Resize):
                     a, (b,) = t.inputs[0], t.outputs
                     left = self.extent(t.left_expand)
+                    lo, hi = _lit(left), _lit(self.extent(t.right_expand))
                     ka, kb = get(a), get(b)
-                    if kb is not None and ka is None:
+                    if kb is not None and ka is None and (partial or (lo is not None and hi is not None
+                                                                       and lo >= 0 and hi >= 0)):
                         v = sub(kb[0], left)
                         put(a, v, kb[1] + (ge(v, 0), lt(v, self.extent(a.extent))))
-                    elif ka is not None and kb is None:
+                    elif ka is not None and kb is None and (partial or (lo is not None and hi is not None
+                                                                         and lo <= 0 and hi <= 0)):
                         v = add(ka[0], left)
                         put(b, v, ka[1] + (ge(v, 0), lt(v, self.extent(b.extent))))
+            for side_a, side_b in self._reshape_runs:
+                # the position in one side's axes is the position in the other's
+                for src, dst in ((side_a, side_b), (side_b, side_a)):
+                    ks = [get(x) for x in src]
+                    if not dst or any(k is None for k in ks) or all(get(x) is not None for x in dst):
+                        continue
+                    pos: Expr = IntLit(0)
+                    conds: tuple[Expr, ...] = ()
+                    for x, k in zip(src, ks):
+                        pos = unsplit(pos, k[0], self._axis_extent(x))
+                        conds += tuple(c for c in k[1] if c not in conds)
+                    for x in reversed(dst[1:]):
+                        ext = self._axis_extent(x)
+                        put(x, _mod(pos, ext), conds)
+                        pos = _div(pos, ext)
+                    put(dst[0], pos, conds)
             for e in cats:
                 out_axis = e.outputs[0].logical_no_reductions()[e.dim]
                 ko = get(out_axis)
@@ -588,12 +621,16 @@ class TensorIndexer:
             while run and self.ref.domain.logical[matched_start].is_broadcast:
                 matched_start += 1
         if run:
-            # declared contiguous innermost: stride 1, and the merged index walks the run
+            # declared contiguous innermost: stride 1, and the merged index walks the run;
+            # its shifts step by the strides the merged index implies (the product of the
+            # inner axes' extents), which a size-1 axis's own stride need not be
             terms.append(idx[self._suffix_node[matched_start]])
+            implied: Expr = IntLit(1)
             for j in range(run):
                 s = shifts[j]
                 if _lit(s) != 0:
-                    terms.append(s if j == 0 else mul(s, self.params.stride(tv, pos[rest[j]])))
+                    terms.append(s if j == 0 else mul(s, implied))
+                implied = mul(implied, self.extent(rest[j].extent))
         for i in rest[run:]:
             terms.append(mul(amap[i], self.params.stride(tv, pos[i])))
         if not terms:
@@ -618,12 +655,25 @@ class TensorIndexer:
         return s is not None and not uses(s, lane)
 
     def in_bounds(self, loop_index: Indices) -> list[Expr]:
-        """Every outermost split's input index below its extent (a split of a split's output
-        is in bounds when the first split's input is; lane 0 decides for a whole vector)."""
+        """Every outermost scheduling split's input index below its extent (lane 0 decides for
+        a whole vector). A split of an earlier scheduling split's output is in bounds when
+        that split's input is, if it splits the outer side or divides the inner side exactly;
+        a logical axis that a reshape's split defined is an outermost input all the same."""
         idx = self.ref_indices(loop_index)
+        outers = {e.outputs[0] for e in self._history if isinstance(e, Split)}
+        inners = {e.outputs[1] for e in self._history if isinstance(e, Split)}
+
+        def covered(e: Split) -> bool:
+            x = e.inputs[0]
+            if x in outers:
+                return True
+            f = e.factor if e.inner_split else e.outputs[0].extent
+            return (x in inners and x.extent.is_const and f.is_const
+                    and int(x.extent.value) % int(f.value) == 0)
+
         return list(dict.fromkeys(
             lt(idx[e.inputs[0]], self.extent(e.inputs[0].extent)) for e in self._history
-            if isinstance(e, Split) and not isinstance(e.inputs[0].definition, Split)))
+            if isinstance(e, Split) and not covered(e)))
 
     def writer_guard(self, out: TensorView, idx: Indices) -> Expr | None:
         """Outputs lacking some reference axis are written by the threads at index 0 of it
@@ -631,7 +681,11 @@ class TensorIndexer:
         have = {self.ref_axis(i) for i in out.logical_no_reductions()}
         missing = [r for r in self.ref_logical if not r.is_broadcast and r not in have]
         if missing and out is not self.ref:
-            # axes reached through reshapes or resizes span the reference axes they derive from
-            amap, _ = self.output_map(out, idx)
-            missing = [r for r in missing if not any(uses(v, idx[r]) for v in amap.values())]
+            # axes reached through reshapes or resizes span the reference axes they derive
+            # from: which ones shows in the output's indices as functions of one variable per
+            # reference axis (the loop's own indices hide them: a merged index is not the
+            # sum of its parts' expressions)
+            sym: Indices = {r: Var(f"ref{k}") for k, r in enumerate(self.ref_logical)}
+            amap, _ = self.output_map(out, sym)
+            missing = [r for r in missing if not any(uses(v, sym[r]) for v in amap.values())]
         return all_of([eq(idx[r], 0) for r in missing])

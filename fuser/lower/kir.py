@@ -111,7 +111,8 @@ class Param(Expr):
     "semaphore" (the grid reductions' arrival counters, unsigned ints), "index_error" (the
     error flag of the index ops' device checks: unsigned long longs, see IndexCheck),
     "philox_seed" / "philox_offset" (the seed and base offset that unseeded RNG ops draw
-    once per fusion execution).
+    once per fusion execution), "philox_state" (null, or a device array holding both: what a
+    launch captured in a CUDA graph reads, drawn on the device at each replay).
     `dtype` None: the kernel's index type. `fmt`: the struct format letter it is packed with.
     """
 
@@ -214,6 +215,17 @@ class Random(Expr):
     index: Expr
     params: tuple[Expr, Expr]
     param_dtypes: tuple[DataType, DataType]
+
+
+@dataclass(frozen=True)
+class StateOr(Expr):
+    """Element `k` of the launch's device array `state` where the launch passes one, else
+    `given` (the unseeded RNG ops' seed and offset: parameters on an ordinary launch, drawn
+    on the device by a launch captured in a CUDA graph, whose parameters every replay reuses)."""
+
+    state: Expr
+    k: int
+    given: Expr
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from fuser.ir import DataType, Fusion, GatherOp, IndexSelectOp, IterDomain, Sele
 
 from .errors import NotLowerable
 from .index import TensorIndexer
-from .kir import CheckedIndex, Expr, IndexCheck, IntLit, Kernel, Lookup
+from .kir import Cast, CheckedIndex, Expr, IndexCheck, IntLit, Kernel, Lookup
 from .params import ParamTable
 from .values import scalar
 
@@ -26,6 +26,17 @@ INDEX_OPS = (SelectOp, IndexSelectOp, GatherOp)
 #: the header with the lookup and bounds-check helpers
 HEADER = "fuser_indexing.cuh"
 _INDEX_DTYPES = (DataType.Int, DataType.Int32)
+
+
+def index_value(value: Expr, dtype: DataType, name: str) -> tuple[Expr, DataType]:
+    """(an index tensor's element as an integer, its dtype) for op `name`'s bounds check: a
+    floating-point index converted to int64 as nvFuser converts it where it is used
+    (truncated toward zero, as the reference executor's `.long()`)."""
+    if dtype in _INDEX_DTYPES:
+        return value, dtype
+    if dtype.is_floating:
+        return Cast(value, dtype, DataType.Int), DataType.Int
+    raise NotLowerable(f"{name}: {dtype} index")
 
 
 def op_name(e) -> str:
@@ -77,10 +88,11 @@ class Lookups:
             oi = o_ids[k - 1 if isinstance(e, SelectOp) and k > dim else k]
             if oi.is_broadcast:
                 if oi.has_expanded_extent:
-                    # gather with an expanded index: the value varies along an axis the
-                    # kernel stores once
+                    # the op builders make the output concrete wherever the lookup is
+                    # (fuser.ops.indexing): an expanded one here would store once values
+                    # that vary along it
                     raise NotLowerable(f"{name}: output axis {oi!r} is expanded but the lookup's is not")
-                continue  # extent 1: position 0 (whatever the axis meets downstream)
+                continue  # extent 1 (gather's index is): position 0
             if self.ref_axes_only and self.index.ref_axis(oi) is None:
                 raise NotLowerable(f"{name}: output axis {oi!r} has no counterpart in the reference")
             terms.append(axis_index(oi) * self.params.stride(lookup, k))
@@ -91,14 +103,15 @@ class Lookups:
         extent = self.index.extent(axis.user_extent)
         stride = IntLit(0) if axis.is_broadcast else self.params.stride(lookup, dim)
         idx = e.inputs[1]
-        if idx.dtype not in _INDEX_DTYPES:
-            raise NotLowerable(f"{name}: {idx.dtype} index")
         if isinstance(e, SelectOp):
+            if idx.dtype not in _INDEX_DTYPES:
+                raise NotLowerable(f"{name}: {idx.dtype} index")
             check = self._check(e, IndexCheck(name, dim, repr(lookup), axis.user_extent, value=idx, wrap=True))
             position = CheckedIndex(scalar(idx, self.params), idx.dtype, extent, check, None, wrap=True)
         else:
+            value, dtype = index_value(operand(idx), idx.dtype, name)
             check = self._check(e, IndexCheck(name, dim, repr(lookup), axis.user_extent))
-            position = CheckedIndex(operand(idx), idx.dtype, extent, check, self.params.index_error())
+            position = CheckedIndex(value, dtype, extent, check, self.params.index_error())
         return Lookup(self.params.tensor(lookup), offset, position, stride, lookup.dtype)
 
     def finish(self, kernel: Kernel) -> Kernel:

@@ -7,7 +7,7 @@ from typing import Any
 from fuser.ir import DataType, Scalar, TensorView, Val
 
 from .errors import NotLowerable
-from .kir import Param, value_bytes
+from .kir import Expr, Param, StateOr, value_bytes
 
 #: struct format letters of the index type and of integer scalars by size
 _INDEX_FMT = {"int32": "i", "int64": "q"}
@@ -74,12 +74,15 @@ class ParamTable:
             fmt = _INT_FMT.get(s.dtype.itemsize, "q")
         return self._get(("scalar", s), lambda: Param(f"{s.dtype.scalar_prefix}{s.name}", "scalar", s, fmt, s.dtype))
 
-    def philox(self) -> tuple[Param, Param]:
+    def philox(self) -> tuple[Expr, Expr]:
         """The seed and base offset of the unseeded RNG ops, drawn once per fusion execution
-        and filled in at each launch (64-bit patterns, passed as long long)."""
+        and filled in at each launch (64-bit patterns, passed as long long), or read from the
+        device array a launch captured in a CUDA graph passes instead."""
         seed = self._get(("philox seed",), lambda: Param("philox_seed", "philox_seed", None, "q", DataType.Int))
         base = self._get(("philox offset",), lambda: Param("philox_offset", "philox_offset", None, "q", DataType.Int))
-        return seed, base
+        state = self._get(("philox state",), lambda: Param("philox_state", "philox_state", None, "P", DataType.Int,
+                                                          pointer=True, readonly=True))
+        return StateOr(state, 0, seed), StateOr(state, 1, base)
 
     def work(self, name: str, dtype: DataType, welford: bool, slots: int, fixed: int = 0) -> Param:
         """A grid reduction's global buffer of partials: `slots` values (Welford

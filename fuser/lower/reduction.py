@@ -43,7 +43,7 @@ from fuser.scheduler.reduction import ReductionParams
 from . import kir
 from .errors import NotLowerable
 from .index import TensorIndexer
-from .lookup import Lookups
+from .lookup import INDEX_OPS, Lookups
 from .kir import (
     Assign,
     BlockAllReduce,
@@ -414,18 +414,25 @@ class ReductionLowering:
     def _reduced_exprs(self, k: int) -> None:
         """Reduced expressions of stage k: once per thread (per lane in outer kernels)."""
         stmts = []
+        looks_up = False
         for e in self.exprs:
             outs = [o for o in e.outputs if isinstance(o, TensorView)]
             if isinstance(e, (ReductionOp, WelfordOp)) and expr_kind(e) == REDUCTION:
                 continue
             if any(self.full(o) for o in outs) or self.stage.get(outs[0], 0) != k or outs[0] in self._final:
                 continue
+            looks_up = looks_up or isinstance(e, INDEX_OPS)
             stmts.extend(self._compute(e, IntLit(0), Var("v")))
         if stmts:
             if self.reduced_tile > 1:
-                self.body.append(For(Var("v"), IntLit(self.V), stmts, unroll=True, dtype=DataType.Int32))
+                stmts = [For(Var("v"), IntLit(self.V), stmts, unroll=True, dtype=DataType.Int32)]
             else:
-                self.body.extend(_subst_v(s, IntLit(0)) for s in stmts)
+                stmts = [_subst_v(s, IntLit(0)) for s in stmts]
+            row, _ = self._row_col(IntLit(0), IntLit(0), IntLit(0))
+            ok = self._row_ok(row) if looks_up else None
+            # an index op checks its index (and may record an error) and reads through it:
+            # only rows that exist, whose index registers the row predicate loaded
+            self.body.extend([If(ok, stmts)] if ok is not None else stmts)
 
     def _compute(self, e, u: kir.Expr, v: kir.Expr) -> list:
         """Assignments computing e's output at tile position (u, v)."""
@@ -638,7 +645,9 @@ class ReductionLowering:
         v = Var("v")
         row, col = self._row_col(s, u, v)
         off = self._offset(tv, self._indices(row, col))
-        if self.V > 1 and tv in self.vector_tensors and self._lanes_walk(tv, row, col):
+        # a lane-invariant tensor's registers hold one value per tile row, not a vector
+        if (self.V > 1 and tv in self.vector_tensors and self._lanes_walk(tv, row, col)
+                and tv not in self._lane_invariant):
             mem = AddressOf(Element(ptr, _subst_v_expr(off, IntLit(0))))
             reg = AddressOf(Element(Var(self.regs[tv]), u * self.V))
             if load:

@@ -55,13 +55,12 @@ from .kir import (
     VecStore,
     lt,
 )
-from .lookup import HEADER as INDEXING_HEADER
+from .lookup import HEADER as INDEXING_HEADER, index_value
 from .params import ParamTable
 from .values import scalar, tensor_value
 
 #: the header with fuser::grid_sync
 _GRID_HEADER = "fuser_reduction.cuh"
-_INDEX_DTYPES = (DataType.Int, DataType.Int32)
 _LANE = Var("v")
 
 
@@ -104,13 +103,11 @@ class ScatterLowering:
 
     # --- the kernel ------------------------------------------------------------------------------
     def lower(self) -> Kernel:
-        arg, index, src = self.e.inputs
+        arg, _, src = self.e.inputs
         out = self.e.outputs[0]
         for what, v in (("arg", arg), ("src", src)):
             if v.dtype != out.dtype:
                 raise NotLowerable(f"scatter: {what} dtype {v.dtype} differs from the result's {out.dtype}")
-        if index.dtype not in _INDEX_DTYPES:
-            raise NotLowerable(f"scatter: {index.dtype} index")
         self._size_checks()
         body: list[Stmt] = [Comment("phase 1: the output is a copy of arg")]
         body += self._copy()
@@ -233,9 +230,9 @@ class ScatterLowering:
             pos = self._unravel(i, [a.user_extent for a in index.logical_no_reductions()], "x", stmts)
             values = _Values(self, stmts, self._load)
             at = Var(self._fresh("position"))
-            stmts.append(Decl(at.name, DataType.Int, init=CheckedIndex(values.value(index, pos), index.dtype,
-                                                                          self._extent(axis.user_extent), check,
-                                                                          flag)))
+            value, dtype = index_value(values.value(index, pos), index.dtype, "scatter")
+            stmts.append(Decl(at.name, DataType.Int, init=CheckedIndex(value, dtype, self._extent(axis.user_extent),
+                                                                          check, flag)))
             write: list[Stmt] = []
             values = _Values(self, write, self._load)
             value = values.value(src, pos)

@@ -26,10 +26,34 @@ def _tensor(name: str, arg: str, x: object) -> TensorView:
 
 
 def _index_tensor(name: str, index: object) -> TensorView:
+    """`index` checked as an index tensor: integers, or floating point as nvFuser takes
+    (its kernels convert the value to the index type, truncating toward zero; Thunder's
+    cross_entropy passes `where(target != ignore_index, target, 0.0)`, a Float tensor)."""
     index = _tensor(name, "index", index)
-    if not index.dtype.is_integral:
-        raise TypeError(f"{name}: index must be an integer tensor, got {index.dtype}")
+    if not (index.dtype.is_integral or index.dtype.is_floating):
+        raise TypeError(f"{name}: index must be an integer or floating-point tensor, got {index.dtype}")
     return index
+
+
+def _lookup_axis(inp: IterDomain, idx: IterDomain) -> IterDomain:
+    """take_along_axis's output axis on an axis other than the gathered one, as nvFuser's
+    takeAlongAxis makes it: the input's, unless the input's is a broadcast and the index's
+    is not, or the index's is an expanded broadcast. The output then varies along the axis
+    wherever the input or the index does (an index broadcast along it still picks
+    different input rows there), and is an expanded broadcast only where both are constant."""
+    if inp.is_broadcast and (not idx.is_broadcast or idx.has_expanded_extent):
+        return idx.clone_like()
+    return inp.clone_like()
+
+
+def _gather_axis(inp: IterDomain, idx: IterDomain) -> IterDomain:
+    """gather's output axis on an axis other than the gathered one: the index's extent (torch
+    takes an index no larger than the input there), a broadcast only where the values are
+    the same all along it. An index expanded along an axis the input varies on reads
+    different input rows at each position: a concrete axis of the expanded extent."""
+    if idx.has_expanded_extent and not inp.is_broadcast:
+        return IterDomain(idx.user_extent)
+    return idx.clone_like()
 
 
 def select(x: TensorView, index: Scalar, dim: int) -> TensorView:
@@ -72,7 +96,13 @@ def gather(x: TensorView, index: TensorView, dim: int, exact_sizes: bool = False
     if index.ndim != x.ndim:
         raise ValueError(f"{name}: index has {index.ndim} dimensions, the tensor has {x.ndim}")
     (dim,) = normalize_dims([dim], x.ndim, "dim")
-    out = TensorView(TensorDomain([i.clone_like() for i in index.logical_no_reductions()]), x.dtype)
+    pick = _lookup_axis if exact_sizes else _gather_axis
+    # on the gathered axis the output has the index's positions; elsewhere it follows the
+    # axis rule (the index's broadcast flags alone would make later ops take the result
+    # as constant along an axis where the input's rows differ)
+    out_ids = [ii.clone_like() if k == dim else pick(xi, ii)
+               for k, (xi, ii) in enumerate(zip(x.logical_no_reductions(), index.logical_no_reductions()))]
+    out = TensorView(TensorDomain(out_ids), x.dtype)
     GatherOp([x, index], [out], dim=dim, exact_sizes=exact_sizes)
     return out
 

@@ -14,12 +14,13 @@ import torch
 
 from fuser.codegen.cuda import kernel_source
 from fuser.ir import Fusion, TensorView, WelfordOp
-from fuser.options import disabled, dump
+from fuser.options import disabled, dump, dump_enabled
 from fuser.lower.kir import Kernel
 from fuser.lower.lower import NotLowerable, lower_pointwise
 from fuser.scheduler import FusionAnalysis, SchedulerRuntimeInfo, SchedulerType
 from fuser.scheduler import pointwise as pw
 from fuser.scheduler import resize as rs
+from fuser.scheduler.runtime_info import target_line
 from fuser.scheduler.vectorize import stride_alignment, vectorizable
 
 from .index_check import ErrorFlag, check_on_host
@@ -91,6 +92,8 @@ class GeneratedKernel:
         self._index_error: tuple[int, ErrorFlag] | None = None
         #: positions of the unseeded RNG ops' seed and base offset, filled per execution
         self._philox: list[tuple[int, int]] = []
+        #: position of the device array holding both instead (a launch captured in a graph)
+        self._philox_state: int | None = None
         for k, p in enumerate(self.kernel.params):
             if p.kind == "stride":
                 tv, d = p.source
@@ -108,6 +111,9 @@ class GeneratedKernel:
                 self._index_error = (k, ErrorFlag(self.kernel, self.info.device))
             elif p.kind in ("philox_seed", "philox_offset"):
                 self._philox.append((k, 0 if p.kind == "philox_seed" else 1))
+            elif p.kind == "philox_state":
+                template[k] = 0  # null: the seed and offset parameters hold the draw
+                self._philox_state = k
             elif p.source in in_pos:
                 self._in_ptrs.append((k, in_pos[p.source]))
             else:
@@ -192,10 +198,11 @@ class GeneratedKernel:
         return bool(self._philox)
 
     def run(self, inputs: Sequence[Any], outputs: Sequence[torch.Tensor],
-            philox_state: tuple[int, int] | None = None) -> None:
+            philox_state: tuple[int, int] | torch.Tensor | None = None) -> None:
         """Launch on PyTorch's current stream: `inputs` in the segment's input order;
-        `philox_state` the execution's (seed, base offset) of unseeded RNG ops (drawn here
-        when the kernel has some and none is given)."""
+        `philox_state` the execution's (seed, base offset) of unseeded RNG ops, or a device
+        tensor holding both (`philox.draw` under CUDA graph capture); drawn here when the
+        kernel has some and none is given."""
         compiled = self.compiled
         if compiled is None:
             self.load()
@@ -214,34 +221,54 @@ class GeneratedKernel:
         if self._philox:
             if philox_state is None:
                 philox_state = philox.draw(self.info.device, philox.streams(self.fusion))
-            for k, which in self._philox:
-                values[k] = philox.as_int64(philox_state[which])
-        if self._work or self._semaphore is not None:
-            self._grid_buffers(values)
-        if self._index_error is None:
-            compiled.launch(self.grid, self.block, values, shared_mem=self.kernel.dynamic_smem)
-            return
-        # index tensors' values are checked on the device: reading the flag after the launch
-        # waits for it (a synchronisation only kernels with such checks pay)
-        k, flag = self._index_error
-        values[k] = flag.pointer()
+            if isinstance(philox_state, torch.Tensor):  # drawn on the device (graph capture)
+                values[self._philox_state] = philox_state.data_ptr()
+                for k, _ in self._philox:
+                    values[k] = 0
+            else:
+                for k, which in self._philox:
+                    values[k] = philox.as_int64(philox_state[which])
+        # the partials live until the launch is issued: freed before, their memory could go
+        # to an allocation made in between (the index ops' error flag, made on a stream's
+        # first launch), which the kernel would then overwrite
+        buffers = self._grid_buffers(values) if self._work or self._semaphore is not None else None
+        flag = None
+        if self._index_error is not None:
+            # index tensors' values are checked on the device: reading the flag after the
+            # launch waits for it (a synchronisation only kernels with such checks pay; a
+            # launch captured in a CUDA graph cannot wait, so replays go unchecked, as nvFuser's)
+            k, flag = self._index_error
+            if torch.cuda.is_current_stream_capturing():
+                values[k], flag = 0, None
+            else:
+                values[k] = flag.pointer()
         compiled.launch(self.grid, self.block, values, shared_mem=self.kernel.dynamic_smem)
-        flag.raise_if_set()
+        del buffers  # launched: PyTorch's allocator orders their reuse after it
+        if flag is not None:
+            flag.raise_if_set()
 
-    def _grid_buffers(self, values: list[Any]) -> None:
-        """A grid reduction's buffers: partials from PyTorch's allocator for this launch, and
-        arrival counters kept per stream (the last block zeroes them again, and launches on
-        one stream run in order)."""
+    def _grid_buffers(self, values: list[Any]) -> list[torch.Tensor]:
+        """A grid reduction's buffers: partials from PyTorch's allocator for this launch
+        (returned: the caller holds them until the launch is issued), and arrival counters
+        kept per stream (the last block zeroes them again, and launches on one stream run
+        in order)."""
         dev = self.info.device
         work = [torch.empty(n, dtype=torch.uint8, device=dev) for _, n in self._work]
         for (k, _), buf in zip(self._work, work):
-            values[k] = buf.data_ptr()  # freed on return: PyTorch's allocator orders reuse after this launch
+            values[k] = buf.data_ptr()
         if self._semaphore is not None:
+            # a launch captured in a CUDA graph gets counters of its own, zeroed by the graph
+            # at each replay: replays may run on any stream, beside eager launches
+            capturing = torch.cuda.is_current_stream_capturing()
             stream = torch.cuda.current_stream(dev).cuda_stream
-            sem = self._semaphores.get(stream)
+            sem = None if capturing else self._semaphores.get(stream)
             if sem is None:
-                sem = self._semaphores[stream] = torch.zeros(max(2, self.grid[0]), dtype=torch.int32, device=dev)
+                sem = torch.zeros(max(2, self.grid[0]), dtype=torch.int32, device=dev)
+                if not capturing:
+                    self._semaphores[stream] = sem
             values[self._semaphore] = sem.data_ptr()
+            work.append(sem)
+        return work
 
 
 def _dense_layout(info: SchedulerRuntimeInfo, tv: TensorView) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
@@ -305,7 +332,11 @@ def _launch_plan(fusion: Fusion, kernel: Kernel, params: Any, info: SchedulerRun
                  grid: tuple[int, int], block: tuple[int, int]) -> GeneratedKernel:
     """The CUDA of a lowered kernel and its launch plan for the call `args` describes."""
     source = kernel_source(kernel)
-    dump("cuda_kernel", source)
+    if dump_enabled("scheduler_params") or dump_enabled("cuda_kernel"):
+        # what the plan assumed: the device's limits, or the planning target's without one
+        target = target_line(info.device_limits)
+        dump("scheduler_params", f"{target}\n{params!r}")
+        dump("cuda_kernel", f"// {target}\n{source}")
     _check_covers(info, fusion, args, grid)
     k = GeneratedKernel(fusion, kernel, source, params, info, grid, block)
     k.check_devices(args)

@@ -156,6 +156,8 @@ def draw(device: torch.device, streams: int) -> tuple[int, int]:
     generator uses (its offset counts 32-bit words per thread; counter word offset / 4).
     Elsewhere: a 63-bit seed drawn from the generator, base 0."""
     if device.type == "cuda":
+        if torch.cuda.is_current_stream_capturing():
+            return draw_on_device(device)
         index = device.index if device.index is not None else torch.cuda.current_device()
         gen = torch.cuda.default_generators[index]
         seed, offset = gen.initial_seed(), gen.get_offset()
@@ -164,6 +166,15 @@ def draw(device: torch.device, streams: int) -> tuple[int, int]:
         return seed & MASK64, base
     seed = int(torch.empty((), dtype=torch.int64).random_().item())
     return seed, 0
+
+
+def draw_on_device(device: torch.device) -> torch.Tensor:
+    """(seed, base offset) as a device tensor drawn by a PyTorch RNG kernel: what a fusion
+    execution captured in a CUDA graph uses. The graph replays that kernel, which PyTorch
+    feeds its generator's offset at each replay, so every replay draws new numbers (and
+    torch.manual_seed repeats them); a host-side draw would be frozen into the graph. Both
+    are 63-bit: the streams base .. base + streams - 1 never wrap."""
+    return torch.empty(2, dtype=torch.int64, device=device).random_()
 
 
 def generator_state(device: torch.device) -> torch.Tensor:

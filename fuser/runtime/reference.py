@@ -139,10 +139,18 @@ def _minimum(a, b):
 
 def _as_tensors(a, b):
     if not isinstance(a, torch.Tensor):
-        a = torch.tensor(a, device=b.device, dtype=b.dtype if _same_kind(a, b) else None)
+        a = _filled(a, b.device, b.dtype if _same_kind(a, b) else None)
     if not isinstance(b, torch.Tensor):
-        b = torch.tensor(b, device=a.device, dtype=a.dtype if _same_kind(b, a) else None)
+        b = _filled(b, a.device, a.dtype if _same_kind(b, a) else None)
     return a, b
+
+
+def _filled(x: Any, device: torch.device, dtype: torch.dtype | None) -> torch.Tensor:
+    """A 0-dim tensor of the Python number `x` on `device`, made by a fill kernel there: a
+    host-to-device copy (torch.tensor(x, device=...)) is not allowed in CUDA graph capture."""
+    if dtype is None:
+        return torch.full((), x, device=device)
+    return torch.full((), x, dtype=dtype, device=device)
 
 
 def _same_kind(x: Any, t: torch.Tensor) -> bool:
@@ -207,6 +215,10 @@ class ReferenceExecutor:
         """(seed, base offset) of this execution's unseeded RNG ops, drawn once."""
         if self.philox_state is None:
             self.philox_state = philox.draw(self.device, philox.streams(self.fusion))
+        if isinstance(self.philox_state, torch.Tensor):
+            raise EvaluationError("random numbers on the reference executor cannot be captured in a CUDA graph: its "
+                                  "Philox reads the seed on the host (run the RNG op in a generated kernel, or "
+                                  "execute outside the capture)")
         return self.philox_state
 
     # --- values -------------------------------------------------------------------------
@@ -354,8 +366,8 @@ def _ternary(ex: ReferenceExecutor, e: TernaryOp, args: list) -> list:
     ref = next(x for x in (a, b, c) if isinstance(x, torch.Tensor))
     if e.op_type is TernaryOpType.Where:
         cdt = torch.float32 if out.is_reduced_float else out.torch
-        b = b.to(cdt) if isinstance(b, torch.Tensor) else torch.tensor(b, dtype=cdt, device=ref.device)
-        c = c.to(cdt) if isinstance(c, torch.Tensor) else torch.tensor(c, dtype=cdt, device=ref.device)
+        b = b.to(cdt) if isinstance(b, torch.Tensor) else _filled(b, ref.device, cdt)
+        c = c.to(cdt) if isinstance(c, torch.Tensor) else _filled(c, ref.device, cdt)
         r = torch.where(a, b, c)
     elif e.op_type is TernaryOpType.Lerp:
         cdt = torch.float32 if out.is_reduced_float else out.torch
@@ -552,21 +564,28 @@ def _select(ex: ReferenceExecutor, e: SelectOp, args: list) -> list:
     return [x.select(e.dim, int(index))]
 
 
+def _as_index(index: torch.Tensor) -> torch.Tensor:
+    """An index tensor as torch's indexing ops take it: int64, a floating-point one
+    converted as nvFuser's kernels convert it (truncated toward zero, as `.long()` does).
+    An int32 one too: PyTorch's CPU gather reads an expanded (stride 0) int32 index wrongly."""
+    return index if index.dtype is torch.int64 else index.long()
+
+
 def _index_select(ex: ReferenceExecutor, e: IndexSelectOp, args: list) -> list:
     x, index = args
-    return [torch.index_select(x, e.dim, index)]
+    return [torch.index_select(x, e.dim, _as_index(index))]
 
 
 def _gather(ex: ReferenceExecutor, e: GatherOp, args: list) -> list:
     x, index = args
     if e.exact_sizes:  # take_along_dim takes int64 indices only; the op takes int32 too
         return [torch.take_along_dim(x, index.long(), e.dim)]
-    return [torch.gather(x, e.dim, index)]
+    return [torch.gather(x, e.dim, _as_index(index))]
 
 
 def _scatter(ex: ReferenceExecutor, e: ScatterOp, args: list) -> list:
     x, index, src = args
-    return [torch.scatter(x, e.dim, index, src)]
+    return [torch.scatter(x, e.dim, _as_index(index), src)]
 
 
 def _matmul(ex: ReferenceExecutor, e: MatmulOp, args: list) -> list:

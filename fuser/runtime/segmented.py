@@ -3,7 +3,7 @@ last reader. Until kernels exist every group runs on the reference executor, so 
 segmentation is checked end to end on any device."""
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import torch
 
@@ -36,6 +36,19 @@ class _GroupRun:
 
     def codegen_candidate(self) -> bool:
         return generates_kernel(self.group.scheduler)
+
+
+class SegmentRun(NamedTuple):
+    """How one segment ran in a runner's executions so far (SegmentedRunner.segment_runs)."""
+
+    scheduler: str
+    #: whether segments of this scheduler become generated kernels (the others, expr_eval
+    #: and no_op, run on the reference executor by design)
+    generates_kernel: bool
+    #: True: it ran its generated kernel; False: it fell back to the reference executor (the
+    #: kernel was not lowerable); None: no kernel was tried (a reference-only scheduler, or
+    #: kernels unavailable: a CPU device, no pycuda, FUSER_DISABLE=codegen)
+    kernel: bool | None
 
 
 class SegmentedRunner:
@@ -74,6 +87,11 @@ class SegmentedRunner:
     observer: Any = None
     #: the PresegFusion whose fusion was segmented (its values -> the defined fusion's)
     preseg: Any = None
+
+    def segment_runs(self) -> list[SegmentRun]:
+        """How each segment ran (read-only: for tests and tools; the run path keeps no record)."""
+        return [SegmentRun(str(r.group.scheduler), r.codegen_candidate(), None if r.kernel is None else bool(r.kernel))
+                for r in self.runs]
 
     def run(self, inputs: Sequence[Any]) -> list[Any]:
         if self._direct and self.observer is None:

@@ -109,7 +109,7 @@ def own_scheduler_reason(sub: "SubFusion") -> str | None:
         return "has an ATen-only op"
     if SCATTER in sub.kinds:
         return "has a scatter (the greedy scheduler's)"
-    return None
+    return sub.folded_axes_reason()
 
 
 def is_recomputable(e: Expr) -> bool:
@@ -343,6 +343,37 @@ class SubFusion:
         """An index op whose lookup tensor this sub-fusion computes (it must come from memory)."""
         produced = set(self.produced)
         return any(isinstance(e, _INDEXING) and e.inputs[0] in produced for e in self.exprs)
+
+    def index_size_reason(self) -> str | None:
+        """Why this call's sizes leave an index op to the reference executor (which raises
+        as torch does): a take_along_axis whose input and index have different sizes, neither
+        1, along an axis other than the gathered one. No binding check sees it where one of
+        the two is an expanded broadcast (only concrete axes map exactly), and a kernel would
+        iterate the output's extent and read the broadcast operand at position 0."""
+        for e in self.exprs:
+            if not (isinstance(e, GatherOp) and e.exact_sizes):
+                continue
+            x, index = e.inputs[0], e.inputs[1]
+            for k, (xi, ii) in enumerate(zip(x.logical_no_reductions(), index.logical_no_reductions())):
+                if k == e.dim or not (xi.has_expanded_extent or ii.has_expanded_extent):
+                    continue
+                a, b = self._runtime_extent(xi), self._runtime_extent(ii)
+                if a is not None and b is not None and a != b and 1 not in (a, b):
+                    return f"take_along_axis: the input has size {a} and the index {b} in dimension {k}"
+        return None
+
+    def folded_axes_reason(self) -> str | None:
+        """Why no kernel indexes this sub-fusion by axis classes: a tensor with two axes in
+        one class (x + x.T on a square) would read the same coordinate for both (cached)."""
+        if "folded_axes" not in self.memo:
+            why = None
+            for tv in self.tensors():
+                cls = self.classes_of(tv)
+                if len(set(cls)) != len(cls):
+                    why = f"T{tv.name} has two axes the fusion maps onto each other"
+                    break
+            self.memo["folded_axes"] = why
+        return self.memo["folded_axes"]
 
     def concrete_classes(self) -> set[int]:
         """Every axis class some tensor of the sub-fusion iterates over (cached)."""

@@ -19,6 +19,9 @@ def structure_reason(sub: SubFusion) -> str | None:
         return "has slice, pad or cat"
     if sub.lookup_produced_inside():
         return "an index op's lookup tensor is computed in the segment, not read from memory"
+    why = sub.index_size_reason() if sub.has_indexing else None
+    if why is not None:
+        return why
     covered: set[int] = set()
     for r in sub.reductions():
         covered |= r.iter_classes | r.red_classes
@@ -46,6 +49,15 @@ def reshape_reason(sub: SubFusion) -> str | None:
         return plan.reason
     if plan.steps and sub.has_indexing:
         return "an index op beside a reshape that derives axes (index ops read by the reference's axes only)"
+    for tv in sub.tensors():
+        # a tensor holding an axis beside a reshape of it ([N, 4] and its [N, 2, 2] as
+        # [N, 4, 2, 2]) iterates both: positions the reference's axes fix would fix one by
+        # the other, leaving most of its elements unwritten
+        classes = sub.classes_of(tv)
+        for k, c in enumerate(classes):
+            others = classes[:k] + classes[k + 1:]
+            if c not in others and c in sub.reshape_closure(others):
+                return f"T{tv.name} holds an axis beside a reshape of it (both iterated)"
     for r in sub.reductions():
         if sub.reshape_closure(r.iter_classes) & r.red_classes:
             return "a reshape relates a kept axis to a reduced one"
@@ -131,11 +143,13 @@ def geometry(sub: SubFusion, r0=None, *, rows: bool = False) -> ReductionGeometr
     ref = r0.input
     red_classes = r0.red_classes
     find, id_of = sub.uf.find, sub.a.id_of
-    # memory order: the allocation order of the fusion input spanning the most axes
+    # memory order: the allocation order of the input spanning the most axes (another
+    # segment's output too: the segment's kernel reads it laid out dense in its logical
+    # order, and judging the segment must see the layout its kernel will)
     order: list[int] = []
     best = None
     for tv in sub.inputs:
-        if isinstance(tv, TensorView) and tv.is_fusion_input and (best is None or len(sub.classes_of(tv)) > len(sub.classes_of(best))):
+        if isinstance(tv, TensorView) and (best is None or len(sub.classes_of(tv)) > len(sub.classes_of(best))):
             best = tv
     if RESHAPE in sub.kinds and best is not None and best is not ref:
         cols = _reshaped_columns(sub, r0, best)

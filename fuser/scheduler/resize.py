@@ -79,9 +79,49 @@ def unwritten_reason(sub: SubFusion, ref: TensorView) -> str | None:
     """Why some output would not be written whole from `ref`'s loop nest (None: all are).
     An output's axis is written whole when it is a reference axis's class, or reached from
     one through a reshape's splits and merges, a slice (the output is the narrower side), a
-    pad (the output is the padded tensor's input) or a cat (the output is a cat input)."""
+    pad (the output is the padded tensor's input) or a cat (the output is a cat input) --
+    from reference axes the output does not hold itself: an output holding an axis beside a
+    pad or slice of it iterates both, which one reference axis cannot (nor can a loop nest
+    of fewer elements than the output stores)."""
     find = _local_classes(sub)
-    known = {find(r) for r in ref.logical_no_reductions() if not r.is_broadcast}
+    start = {find(r) for r in ref.logical_no_reductions() if not r.is_broadcast}
+    known = _reached(sub, find, start)
+    n_ref = pointwise._stored(sub, ref)
+    for out in sub.outputs:
+        concrete = [i for i in out.logical_no_reductions() if not i.is_broadcast]
+        for i in concrete:
+            if find(i) not in known:
+                return f"output {out!r}: axis {i!r} is not written whole from {ref!r}'s loop nest"
+        if out is ref:
+            continue
+        n_out = pointwise._stored(sub, out)
+        if n_ref is not None and n_out is not None and n_ref < n_out:
+            return f"output {out!r} stores {n_out} elements, more than {ref!r}'s loop nest covers ({n_ref})"
+        own = {find(i) for i in concrete}
+        derived = [i for i in concrete if find(i) not in start]
+        if derived:
+            free = _reached(sub, find, start - own)
+            for i in derived:
+                if find(i) not in free:
+                    return f"output {out!r}: axis {i!r} is reached from {ref!r} only through another of its axes"
+            # two axes reached from one reference axis, one through a slice, pad or cat (a
+            # range of it), are not independent positions of it (the digits of a split
+            # are): [x, y] from cat([x, y])'s one axis would be written only where both agree
+            for k, a in enumerate(derived):
+                for b in derived[k + 1:]:
+                    (oa, ra), (ob, rb) = known[find(a)], known[find(b)]
+                    if oa & ob and (ra or rb):
+                        return f"output {out!r}: axes {a!r} and {b!r} are both ranges of one axis of {ref!r}"
+    return None
+
+
+def _reached(sub: SubFusion, find, start: set) -> dict:
+    """The axis classes written whole from reference classes `start`: closed over the
+    reshapes' splits and merges, slices (to the narrower side), pads (to the padded
+    tensor's input) and cats (to their inputs). Each with (the reference classes it is
+    reached from, whether through a slice, pad or cat: a range of them)."""
+    known: dict = {c: (frozenset((c,)), False) for c in start}
+    none = (frozenset(), False)
     rels = []
     for tv in sub.produced:
         if tv.domain.root is not None:
@@ -91,45 +131,46 @@ def unwritten_reason(sub: SubFusion, ref: TensorView) -> str | None:
     def has(i: IterDomain) -> bool:
         return i.is_broadcast or find(i) in known
 
+    def src(*ids: IterDomain, ranged: bool = False) -> tuple:
+        got = [known.get(find(i), none) for i in ids]
+        return frozenset().union(*(o for o, _ in got)), ranged or any(r for _, r in got)
+
     changed = True
     while changed:
         changed = False
 
-        def put(i: IterDomain) -> None:
+        def put(i: IterDomain, origin: tuple) -> None:
             nonlocal changed
             if not has(i):
-                known.add(find(i))
+                known[find(i)] = origin
                 changed = True
 
         for t in rels:
             if isinstance(t, Split):
                 a, (o, n) = t.inputs[0], t.outputs
                 if has(a):
-                    put(o), put(n)
+                    put(o, src(a)), put(n, src(a))
                 elif has(o) and has(n):
-                    put(a)
+                    put(a, src(o, n))
             elif isinstance(t, Merge):
                 (o, n), m = t.inputs, t.outputs[0]
                 if has(m):
-                    put(o), put(n)
+                    put(o, src(m)), put(n, src(m))
                 elif has(o) and has(n):
-                    put(m)
+                    put(m, src(o, n))
             elif isinstance(t, Resize):
                 a, b = t.inputs[0], t.outputs[0]
                 left, right = _const(t.left_expand), _const(t.right_expand)
                 if has(b) and not has(a) and left is not None and right is not None and left >= 0 and right >= 0:
-                    put(a)  # the padded tensor's indices cover its input
+                    put(a, src(b, ranged=True))  # the padded tensor's indices cover its input
                 elif has(a) and not has(b) and left is not None and right is not None and left <= 0 and right <= 0:
-                    put(b)  # the sliced tensor's indices are a range of its input's
+                    put(b, src(a, ranged=True))  # the sliced tensor's indices are a range of its input's
         for e in cats:
-            if has(e.outputs[0].logical_no_reductions()[e.dim]):
+            out_axis = e.outputs[0].logical_no_reductions()[e.dim]
+            if has(out_axis):
                 for x in e.inputs:
-                    put(x.logical_no_reductions()[e.dim])
-    for out in sub.outputs:
-        for i in out.logical_no_reductions():
-            if not has(i):
-                return f"output {out!r}: axis {i!r} is not written whole from {ref!r}'s loop nest"
-    return None
+                    put(x.logical_no_reductions()[e.dim], src(out_axis, ranged=True))
+    return known
 
 
 def vector_candidates(sub: SubFusion, ref: TensorView) -> list[TensorView]:
@@ -175,7 +216,7 @@ def vector_candidates(sub: SubFusion, ref: TensorView) -> list[TensorView]:
 
 
 def vector_limit(sub: SubFusion, ref: TensorView) -> int:
-    """The widest vector (elements, a power of two up to 16) that every slice start, pad
+    """The widest vector (elements, a power of two up to 16) that every slice start and width, pad
     width, cat boundary and reshaped innermost extent along the innermost axis is a multiple
     of: the lanes of a vector then take the same branch and load from one aligned run. A
     step along the innermost axis allows no vectors."""
@@ -206,7 +247,8 @@ def vector_limit(sub: SubFusion, ref: TensorView) -> int:
                 start, _, step = e.ranges[k]
                 if info.evaluate(step) != 1:
                     return 1
-                vals.append(info.evaluate(start))
+                # both ends: a vector must not straddle the slice's start or its stop
+                vals += [info.evaluate(start), info.extent(lg)]
         elif isinstance(e, PadOp):
             x, out = e.inputs[0], e.outputs[0]
             for k, (r, lg) in enumerate(zip(out.domain.maybe_root, out.logical_no_reductions())):
