@@ -265,10 +265,11 @@ def run_cuda_faked(monkeypatch, capsys, fusions, *, quick: bool, path: str) -> t
 
     timed = []
 
-    def fake_row(f, shape, *, iters, repeats, latency_calls):
+    def fake_row(f, shape, *, iters, repeats, latency_calls, l2):
         timed.append((f.name, tuple(shape)))
         row = bench_cli._Row(f, tuple(shape))
         row.nbytes = f.bytes_moved(f.make_inputs("meta", shape))
+        row.sets = B.rotation(row.nbytes, l2)
         t = B.KernelTime(100.0, 5.0, False, iters, repeats)
         row.times = {i: t for i in bench_cli._IMPLS}
         row.check, row.path = "ok", path
@@ -299,8 +300,27 @@ def test_cuda_path_times_every_shape(monkeypatch, capsys, quick):
     assert all(ln.rstrip().endswith("reference (reduction)") for ln in lines)
     head = next(ln for ln in out.splitlines() if ln.startswith("fusion"))
     assert head.split()[:2] == ["fusion", "shape"]
-    # labels with the shape where a fusion has several (the L2 note names the small one)
-    assert "sum_inner_fp32@128x1000" in out
+    # labels with the shape where a fusion has several (the L2 note names the small one,
+    # timed over rotated input sets: 0.5 MB a call against a 50 MiB L2)
+    assert "sum_inner_fp32@128x1000 x64" in out and "128x1000 (x64)" in out
+    assert "no row is host-bound" in out
+
+
+def test_rotation_exceeds_l2_and_host_bound_rows_are_named():
+    import fuser.benchmarks as B
+
+    assert B.rotation(10 << 20, 50 << 20) == 20  # 20 sets of 10 MiB move 4x the 50 MiB L2
+    assert B.rotation(300 << 20, 50 << 20) == 1
+    assert B.rotation(1000, 50 << 20) == 64  # capped
+    seen = []
+    fn = B.rotating(seen.append, [[1], [2], [3]])
+    for _ in range(4):
+        fn()
+    assert seen == [[1], [2], [3], [1]]
+    row = bench_cli._Row(by_name("cast_chain"), (64, 96))
+    row.times = {"fuser": B.KernelTime(2.0, 9.0, True, 10, 3), "eager": B.KernelTime(3.0, 1.0, False, 10, 3)}
+    (note,) = bench_cli._notes([row], 50 << 20)
+    assert note.startswith("* host-bound") and note.endswith(": cast_chain@64x96 (fuser)")
 
 
 def test_bytes_moved_counts_broadcast_inputs_once():
@@ -387,3 +407,32 @@ def test_bench_quick_reductions_on_gpu(capsys):
         allowed.append("reference (inner_persistent)")
     for ln in rows:
         assert " ok " in ln and any(ln.rstrip().endswith(a) for a in allowed), ln
+
+
+def test_sweeps_set_each_value_and_restore_the_constant():
+    from fuser.benchmarks import sweeps as S
+    from fuser.scheduler import reduction
+
+    sw = S.by_name("outer_blocks_per_sm")
+    shipped = reduction.OUTER_BLOCKS_PER_SM
+    seen, resets = [], []
+
+    def time_one(f, shape):
+        seen.append((f.name, shape, reduction.OUTER_BLOCKS_PER_SM))
+        return 10.0 + reduction.OUTER_BLOCKS_PER_SM if reduction.OUTER_BLOCKS_PER_SM != 6 else None
+
+    rows = S.run(sw, time_one, lambda: resets.append(1))
+    assert reduction.OUTER_BLOCKS_PER_SM == shipped
+    assert seen == [("sum_outer_bf16", s, v) for s in sw.shapes for v in sw.settings]
+    assert len(resets) == len(seen) + 1  # before each setting, and after the sweep
+    text = S.table(sw, rows, "Fake GPU")
+    lines = text.splitlines()
+    assert lines[0].startswith("sweep outer_blocks_per_sm on Fake GPU")
+    assert f"OUTER_BLOCKS_PER_SM={shipped} (now)" in lines[1]
+    assert lines[2].split()[:3] == ["16384x4096", "11.0", "<"]  # the fastest marked
+    assert lines[2].split()[-1] == "n/a"
+    for sw in S.SWEEPS:  # every sweep names a real constant and fusion
+        assert isinstance(sw.current, int)
+        by_name(sw.fusion)
+    with pytest.raises(KeyError, match="no sweep 'nope'"):
+        S.by_name("nope")

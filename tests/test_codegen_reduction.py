@@ -233,12 +233,14 @@ def test_outer_grid_reduction_combines_a_thread_s_lanes_together():
 
 
 def test_var_mean_holds_short_rows_and_combines_welford_over_long_ones():
-    # rows of 4096: held in registers, the mean then the squared deviations from it as two
-    # float block reductions; rows of 16384: Welford triples over a serial loop
-    src, _ = _code(_var_mean([1]), [_meta((16384, 4096), torch.bfloat16)])
-    assert src.count("block_allreduce_x") == 2 and "WelfordOp()" not in src
-    assert "for (nvfuser_index_t s = 0" not in src
-    src, _ = _code(_var_mean([1]), [_meta((2048, 16384), torch.bfloat16)])
+    # rows up to WELFORD_PERSISTENT_MAX (16384): held in registers, the mean then the
+    # squared deviations from it as two float block reductions; longer rows: Welford
+    # triples over a serial loop
+    for shape in ((16384, 4096), (4096, 16384)):
+        src, _ = _code(_var_mean([1]), [_meta(shape, torch.bfloat16)])
+        assert src.count("block_allreduce_x") == 2 and "WelfordOp()" not in src
+        assert "for (nvfuser_index_t s = 0" not in src
+    src, _ = _code(_var_mean([1]), [_meta((1024, 16392), torch.bfloat16)])
     assert src.count("block_allreduce_x") == 1 and "fuser::WelfordOp()" in src
     assert "for (nvfuser_index_t s = 0" in src
 

@@ -4,12 +4,16 @@
 Kernel time is measured with CUDA events around a loop of calls, divided by the number of
 calls; the median over several loops is reported. Before each loop the GPU is kept busy
 with ``torch.cuda._sleep`` for longer than the host needs to issue the whole loop, so the
-events bracket back-to-back GPU work and not Python's per-call overhead (when the host
-could not keep up anyway, `KernelTime.host_bound` says so). There is no L2 flush between
-calls: with inputs far larger than the L2 cache (the default shapes) it does not matter.
+events bracket back-to-back GPU work and not Python's per-call overhead. That hides what a
+user's loop sees when the host is slower than the GPU, so the host's own time per call is
+measured too (`KernelTime.host_us`), and a call whose host time exceeds its GPU time is
+host-bound (`KernelTime.host_bound`): in a user's loop it takes the host's time, not the
+kernel's. There is no L2 flush between calls: callers rotate over several input sets
+(`rotating`) where one set would stay in L2.
 """
 from __future__ import annotations
 
+import itertools
 import statistics
 import time
 from dataclasses import dataclass
@@ -32,6 +36,8 @@ __all__ = [
     "kernel_time",
     "copy_bandwidth",
     "host_time_per_call",
+    "rotating",
+    "rotation",
 ]
 
 #: most the GPU is put to sleep ahead of one timed loop
@@ -42,7 +48,8 @@ _sleep_cycles_per_ms: float | None = None
 @dataclass(frozen=True)
 class KernelTime:
     """Median GPU time per call (µs) over `repeats` loops of `iters` calls, the host's
-    time to issue one call (µs), and whether the host was the bottleneck."""
+    time to issue one call (µs), and whether the host is the bottleneck: it needs longer to
+    issue a call than the GPU to run it, so a loop of calls runs at the host's pace."""
 
     us: float
     host_us: float
@@ -87,7 +94,6 @@ def kernel_time(fn: Callable[[], object], *, iters: int = 100, repeats: int = 7,
 
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     gpu, host = [], []
-    host_bound = False
     for _ in range(repeats):
         torch.cuda.synchronize()
         if sleep_ms:
@@ -102,10 +108,26 @@ def kernel_time(fn: Callable[[], object], *, iters: int = 100, repeats: int = 7,
         g_ms = start.elapsed_time(end)
         gpu.append(g_ms / iters)
         host.append(h_ms / iters)
-        # the GPU ran out of queued work before the host finished issuing the loop
-        if h_ms > sleep_ms + 0.9 * g_ms:
-            host_bound = True
-    return KernelTime(statistics.median(gpu) * 1e3, statistics.median(host) * 1e3, host_bound, iters, repeats)
+    us, host_us = statistics.median(gpu) * 1e3, statistics.median(host) * 1e3
+    return KernelTime(us, host_us, host_us > us, iters, repeats)
+
+
+def rotating(call: Callable[[list], object], sets: list[list]) -> Callable[[], object]:
+    """`call` on each of the input `sets` in turn, one set a call (a loop then finds no
+    input in L2 that the previous call left there, once the sets together exceed it)."""
+    if len(sets) == 1:
+        only = sets[0]
+        return lambda: call(only)
+    it = itertools.cycle(sets)
+    return lambda: call(next(it))
+
+
+def rotation(nbytes: int, l2_bytes: int, most: int = 64) -> int:
+    """How many input sets of `nbytes` (moved per call) a timed loop rotates over so that
+    the sets together move at least 4x the L2 cache (1: one set is that large already)."""
+    if l2_bytes <= 0 or nbytes <= 0 or nbytes >= 4 * l2_bytes:
+        return 1
+    return min(most, -(-4 * l2_bytes // nbytes))
 
 
 def copy_bandwidth(nbytes: int = 1 << 30, *, iters: int = 20, repeats: int = 5) -> tuple[float, KernelTime]:

@@ -179,6 +179,8 @@ class _Row:
     check: str = "-"
     path: str = "?"
     latency: dict[str, Any] = field(default_factory=dict)  # impl -> µs | None
+    #: input sets the timed loops rotate over (more than one: a single set would sit in L2)
+    sets: int = 1
 
     @property
     def label(self) -> str:
@@ -201,12 +203,16 @@ def _compiled(fn: Callable) -> Callable:
     return torch.compile(fn)
 
 
-def _bench_row(f: F.BenchFusion, shape, *, iters: int, repeats: int, latency_calls: int) -> _Row:
-    from fuser.benchmarks import host_time_per_call, kernel_time
+def _bench_row(f: F.BenchFusion, shape, *, iters: int, repeats: int, latency_calls: int, l2: int = 0) -> _Row:
+    from fuser.benchmarks import host_time_per_call, kernel_time, rotating, rotation
 
     row = _Row(f, tuple(shape))
     inputs = f.make_inputs("cuda", shape)
     row.nbytes = f.bytes_moved(inputs)
+    # shapes that fit in L2 are timed over several input sets, as a model's loop would
+    # meet them (fresh activations), not re-reading what the last call left in L2
+    row.sets = rotation(row.nbytes, l2) if f.kind == "bandwidth" else 1
+    sets = [inputs] + [f.make_inputs("cuda", shape) for _ in range(row.sets - 1)]
     fns: dict[str, Callable[[], Any] | None] = {}
 
     # fuser: define, run once, check against eager
@@ -221,20 +227,20 @@ def _bench_row(f: F.BenchFusion, shape, *, iters: int, repeats: int, latency_cal
             row.errors["check"] = msg
         row.path = _fuser_path(fd)
         del got
-        fns["fuser"] = lambda: fd.execute(inputs)
+        fns["fuser"] = rotating(fd.execute, sets)
     except Exception as e:  # noqa: BLE001
         row.check, row.path = "ERROR", "error"
         row.errors["fuser"] = _first_line(e)
         traceback.print_exc(file=sys.stderr)
         fns["fuser"] = None
 
-    fns["eager"] = lambda: f.eager(inputs)
+    fns["eager"] = rotating(f.eager, sets)
 
     try:
         compiled = _compiled(f.reference)
         compiled(inputs)  # compiles here; failures show on the first call
         torch.cuda.synchronize()
-        fns["compile"] = lambda: compiled(inputs)
+        fns["compile"] = rotating(compiled, sets)
     except Exception as e:  # noqa: BLE001
         row.errors["compile"] = _first_line(e)
         fns["compile"] = None
@@ -258,7 +264,7 @@ def _bench_row(f: F.BenchFusion, shape, *, iters: int, repeats: int, latency_cal
             except Exception as e:  # noqa: BLE001
                 row.latency[impl] = None
                 row.errors.setdefault(impl, _first_line(e))
-    inputs = fns = None  # the closures above are done: free the inputs
+    inputs = sets = fns = None  # the closures above are done: free the inputs
     torch.cuda.empty_cache()
     return row
 
@@ -357,22 +363,24 @@ def _pct(nbytes: int, t: Any, bw: float, kind: str) -> str:
 
 def _table(rows: Sequence[_Row], bw: float) -> str:
     us = _unit()
-    head = ["fusion", "shape", f"fuser {us}", f"eager {us}", f"compile {us}", "GB moved",
+    head = ["fusion", "shape", f"fuser {us}", f"eager {us}", f"compile {us}", f"fuser host {us}", "GB moved",
             "fuser %copy", "eager %copy", "compile %copy", "check", "fuser ran"]
     body = []
     for r in rows:
         k = r.fusion.kind
+        host = r.times.get("fuser")
         body.append([
             r.fusion.name,
-            "x".join(map(str, r.shape)),
+            "x".join(map(str, r.shape)) + (f" (x{r.sets})" if r.sets > 1 else ""),
             *(_fmt_time(r.times.get(i)) for i in _IMPLS),
+            f"{host.host_us:.1f}" if host is not None else "n/a",
             f"{r.nbytes / 1e9:.3f}" if r.nbytes >= 1e6 else f"{r.nbytes / 1e9:.1e}",
             *(_pct(r.nbytes, r.times.get(i), bw, k) for i in _IMPLS),
             r.check,
             r.path,
         ])
     widths = [max(len(str(x[c])) for x in [head, *body]) for c in range(len(head))]
-    left = {0, 9, 10}
+    left = {0, 10, 11}
 
     def line(cells):
         return "  ".join(str(c).ljust(w) if j in left else str(c).rjust(w)
@@ -423,6 +431,22 @@ def _plot(path: str, rows: Sequence[_Row], bw: float) -> None:
     print(f"chart written to {path}")
 
 
+def _notes(rows: Sequence[_Row], l2: int) -> list[str]:
+    """The table's footnotes: host-bound rows, and the rows timed over rotated input sets."""
+    out = []
+    bound = sorted({f"{r.label} ({i})" for r in rows for i, t in r.times.items() if t is not None and t.host_bound})
+    if bound:
+        out.append("* host-bound: issuing a call took the host longer than the GPU took to run it, so a loop of "
+                   "calls runs at the host's pace (the 'fuser host' column for fuser): " + ", ".join(bound))
+    else:
+        out.append("no row is host-bound: the host issued every call faster than the GPU ran it")
+    rotated = [f"{r.label} x{r.sets}" for r in rows if r.sets > 1]
+    if rotated:
+        out.append(f"(xN): moves less than 4x L2 ({l2 / 2**20:.0f} MiB) per call, so each timed loop rotates over N "
+                   f"input sets and no call reads what the previous one left in L2: " + ", ".join(rotated))
+    return out
+
+
 def _run_cuda(fusions: Sequence[F.BenchFusion], *, quick: bool, plot: str | None) -> int:
     import fuser
     from fuser.benchmarks import copy_bandwidth
@@ -442,18 +466,15 @@ def _run_cuda(fusions: Sequence[F.BenchFusion], *, quick: bool, plot: str | None
     for f in fusions:
         for shape in (f.quick_shapes if quick else f.shapes):
             print(f"  {f.name} {list(shape)} ...", file=sys.stderr, flush=True)
-            rows.append(_bench_row(f, shape, iters=iters, repeats=repeats, latency_calls=latency_calls))
+            rows.append(_bench_row(f, shape, iters=iters, repeats=repeats, latency_calls=latency_calls, l2=l2))
 
     print()
     print(_table(rows, bw))
     print(f"kernel time: median over {repeats} loops of {iters} calls, CUDA events around each loop / {iters}; "
-          "the GPU is held busy (torch.cuda._sleep) while the host issues the loop.")
-    if any(t is not None and t.host_bound for r in rows for t in r.times.values()):
-        print("  * host-bound: Python could not issue calls as fast as the GPU ran them; the kernel alone is faster.")
-    small = [r.label for r in rows if r.fusion.kind == "bandwidth" and l2 and r.nbytes < 4 * l2]
-    print(f"no L2 flush between calls (L2 {l2 / 2**20:.0f} MiB)"
-          + (f"; these move less than 4x L2, so L2 hits may inflate %copy: {', '.join(small)}" if small
-             else "; every bandwidth fusion moves more than 4x L2 per call, so reuse across calls is negligible"))
+          "the GPU is held busy (torch.cuda._sleep) while the host issues the loop. fuser host: the host's "
+          "time to issue one call (the same loops, no waiting).")
+    for note in _notes(rows, l2):
+        print(note)
     for r in rows:
         for what, msg in r.errors.items():
             label = {"check": "fuser vs eager", "fuser": "fuser", "eager": "eager", "compile": "torch.compile"}[what]
@@ -498,9 +519,55 @@ def _run_cuda(fusions: Sequence[F.BenchFusion], *, quick: bool, plot: str | None
     return 0
 
 
+def _run_sweeps(names: Sequence[str]) -> int:
+    """`bench --sweep`: each named threshold sweep's table (fuser/benchmarks/sweeps.py)."""
+    from fuser.benchmarks import kernel_time, rotating, rotation
+    from fuser.benchmarks import sweeps as S
+
+    chosen = list(S.SWEEPS) if "all" in names else [S.by_name(n) for n in names]
+    l2 = getattr(torch.cuda.get_device_properties(torch.cuda.current_device()), "L2_cache_size", 0) or 0
+
+    def time_one(f: F.BenchFusion, shape: tuple[int, ...]) -> float | None:
+        try:
+            inputs = f.make_inputs("cuda", shape)
+            fd = f.fusion_definition()
+            got = fd.execute(inputs)
+            ok, msg = _check(f, got, inputs, fd, None)
+            if not ok:
+                print(f"  {f.name} {list(shape)}: MISMATCH {msg}", file=sys.stderr)
+                return None
+            if not all(kernel for _, kernel in fuser_segments(fd) or [("?", False)]):
+                print(f"  {f.name} {list(shape)}: not every segment ran a generated kernel ({_fuser_path(fd)})",
+                      file=sys.stderr)
+                return None
+            sets = [inputs] + [f.make_inputs("cuda", shape) for _ in range(rotation(f.bytes_moved(inputs), l2) - 1)]
+            return kernel_time(rotating(fd.execute, sets), iters=50, repeats=5).us
+        except Exception as e:  # noqa: BLE001 - a setting the scheduler cannot plan: n/a
+            print(f"  {f.name} {list(shape)}: {_first_line(e)}", file=sys.stderr)
+            return None
+        finally:
+            torch.cuda.empty_cache()
+
+    for sw in chosen:
+        rows = S.run(sw, time_one, _reset_process_caches)
+        print(S.table(sw, rows, S.device_name()))
+        print()
+    return 0
+
+
 def run_bench(*, quick: bool = False, plot: str | None = None, only: Sequence[str] | None = None,
-              cpu: bool = False) -> int:
+              cpu: bool = False, sweep: Sequence[str] | None = None) -> int:
     """`python -m fuser bench`; returns the exit status."""
+    if sweep:
+        if not torch.cuda.is_available():
+            print("fuser bench --sweep: the sweeps time kernels and need CUDA (torch.cuda.is_available() is False)",
+                  file=sys.stderr)
+            return 2
+        try:
+            return _run_sweeps(sweep)
+        except KeyError as e:
+            print(f"fuser bench: {e.args[0]}", file=sys.stderr)
+            return 2
     try:
         fusions = _select(only)
     except KeyError as e:
@@ -528,3 +595,8 @@ def add_parser(sub: Any) -> None:
                    help=f"run only these fusions, or every fusion of these groups "
                         f"({', '.join(F.GROUPS)}; e.g. --only backward). Groups and their fusions: {groups}")
     p.add_argument("--cpu", action="store_true", help="only run and check each fusion on CPU, even with CUDA")
+    from fuser.benchmarks.sweeps import SWEEPS
+
+    p.add_argument("--sweep", nargs="+", metavar="NAME", default=None,
+                   help="instead of the table, time one fusion around a scheduler threshold at each of a few "
+                        "values of it (CUDA): " + ", ".join(s.name for s in SWEEPS) + ", or all")

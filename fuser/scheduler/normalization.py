@@ -272,10 +272,16 @@ INNER_OUTER_BLOCK_ROWS = 4
 #: RMSNorm backward bf16 [16384, 4096] 89.2% of copy with 128 x 4 threads of 4 vectors,
 #: against 83.9% with 256 x 2 of 2 (LayerNorm backward 72% either way)
 INNER_OUTER_VECTORS = 4
-#: ... and half as many threads with more than two outer reductions: their column tiles
-#: take registers enough that one 512-thread block fills an SM, leaving its barriers
-#: unhidden (seed 001, four outer reductions, rows of 1024: 128 x 2 threads 220 us
-#: against 128 x 4 234 us)
+#: ... with at most INNER_OUTER_WIDE_MAX_OUTER outer reductions; with more, half as many
+#: threads: their column tiles take registers enough that one 512-thread block fills an
+#: SM, leaving its barriers unhidden (seed 001, four outer reductions, rows of 1024: 128 x 2
+#: threads 220 us against 128 x 4 234 us). `bench --sweep inner_outer_wide_max_outer`,
+#: H100, µs never (0) / up to 2 / always (8): LayerNorm backward bf16 (2 outer reductions)
+#: [16384, 1024] 47.3 / 46.1 / 46.2, [16384, 2048] 78.8 / 82.1 / 82.1, [16384, 4096] 146.6 /
+#: 148.6 / 149.7, [8192, 8192] 161.2 / 154.9 / 155.1, [4096, 16384] 237.9 / 238.4 / 238.3;
+#: RMSNorm backward (1) never / up to 2: 43.2 / 42.8, 84.8 / 85.9, 141.3 / 142.8, 141.4 /
+#: 145.8 at those shapes: within 4% either way, no setting best everywhere; kept at 2
+INNER_OUTER_WIDE_MAX_OUTER = 2
 
 
 #: threads per block of an outer-persistent kernel, and bytes of held inputs per thread at
@@ -325,14 +331,14 @@ def inner_outer_heuristics(sub: SubFusion, geo: ReductionGeometry, vectorize: in
 
     n_outer = sum(1 for r in sub.reductions() if not r.is_inner)
     p = inner_persistent_heuristics(sub, geo, vectorize, extra_held=4 * n_outer)
-    if n_outer <= 2 and vectorize * 4 > reduction.VECTOR_BYTES:
+    if n_outer <= INNER_OUTER_WIDE_MAX_OUTER and vectorize * 4 > reduction.VECTOR_BYTES:
         # rows of 2-byte values: INNER_OUTER_VECTORS vectors of each input a thread, so
         # that one or two blocks per SM keep enough loads in flight; two warps a row at
         # least (rows of 1024: see INNER_OUTER_BLOCK_THREADS)
         vecs = -(-geo.n_red // vectorize)
         bdx = max(min(64, _pow2_ceil(vecs)), min(1024, _pow2_ceil(-(-vecs // INNER_OUTER_VECTORS))))
         p = dataclasses.replace(p, bdx=bdx, unroll=max(1, -(-vecs // bdx)))
-    threads = INNER_OUTER_BLOCK_THREADS if n_outer <= 2 else INNER_OUTER_BLOCK_THREADS // 2
+    threads = INNER_OUTER_BLOCK_THREADS if n_outer <= INNER_OUTER_WIDE_MAX_OUTER else INNER_OUTER_BLOCK_THREADS // 2
     bdy = max(1, min(threads // p.bdx, INNER_OUTER_BLOCK_ROWS, _pow2_ceil(geo.n_iter)))
     for seg, _ in row_segments(sub, geo).values():
         while seg % bdy:  # a block's group of rows lies in one segment

@@ -1,0 +1,111 @@
+"""Sweeps of the schedulers' thresholds: each times one benchmark fusion at sizes on both
+sides of a heuristic constant, with the constant set to each of a few values, so that a
+threshold measured on one row of one GPU is checked around it (and on another GPU) before
+its comment quotes it. `python -m fuser bench --sweep NAME ...` runs them (CUDA only).
+
+A setting is applied by setting the module constant, with fuser's in-process caches
+cleared before each (segmentations and kernels are cached per input signature, and the
+heuristics that read the constant run once per signature)."""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import torch
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """One threshold: `module.constant` set to each of `settings` (`current` is the
+    shipped value) while `fusion` runs at each of `shapes`."""
+
+    name: str
+    module: str
+    constant: str
+    settings: tuple[Any, ...]
+    fusion: str
+    shapes: tuple[tuple[int, ...], ...]
+    about: str
+
+    @property
+    def current(self) -> Any:
+        return getattr(importlib.import_module(self.module), self.constant)
+
+
+SWEEPS: tuple[Sweep, ...] = (
+    Sweep("welford_persistent_max", "fuser.scheduler.reduction", "WELFORD_PERSISTENT_MAX", (0, 1 << 30),
+          "var_mean_bf16", tuple(((1 << 26) // c, c) for c in (2048, 4096, 6144, 8192, 8200, 10240, 12288, 16384)),
+          "longest row var_mean holds in registers (0: every row Welford; 2^30: every row held)"),
+    Sweep("welford_persistent_max_fp32", "fuser.scheduler.reduction", "WELFORD_PERSISTENT_MAX", (0, 1 << 30),
+          "var_mean_fp32", tuple(((1 << 25) // c, c) for c in (2048, 4096, 6144, 8192, 8200, 10240, 12288, 16384)),
+          "the same over float32 rows"),
+    Sweep("inner_outer_wide_max_outer", "fuser.scheduler.normalization", "INNER_OUTER_WIDE_MAX_OUTER", (0, 2, 8),
+          "layernorm_bwd_bf16", ((16384, 1024), (16384, 2048), (16384, 4096), (8192, 8192), (4096, 16384)),
+          "LayerNorm backward (2 outer reductions): 2-byte rows in 4 vectors a thread up to this many outer "
+          "reductions (0: never; 8: always)"),
+    Sweep("inner_outer_wide_max_outer_rms", "fuser.scheduler.normalization", "INNER_OUTER_WIDE_MAX_OUTER", (0, 2),
+          "rmsnorm_bwd_bf16", ((16384, 1024), (16384, 2048), (16384, 4096), (8192, 8192)),
+          "RMSNorm backward (1 outer reduction)"),
+    Sweep("outer_blocks_per_sm", "fuser.scheduler.reduction", "OUTER_BLOCKS_PER_SM", (1, 2, 3, 4, 6),
+          "sum_outer_bf16", ((16384, 4096), (8192, 8192), (2048, 16384), (65536, 1024), (4096, 2048)),
+          "blocks per SM an outer reduction's grid aims for (sharing rows, or narrow blocks)"),
+    Sweep("few_rows_elements", "fuser.scheduler.reduction", "FEW_ROWS_ELEMENTS", (4, 8, 16, 32),
+          "softmax_fwd_bf16", ((32, 1000), (64, 1000), (128, 1000), (132, 2048), (64, 4096), (128, 8192)),
+          "elements of its row a thread holds where rows are too few to give every SM a block"),
+)
+
+_BY_NAME = {s.name: s for s in SWEEPS}
+
+
+def by_name(name: str) -> Sweep:
+    """The sweep called `name`; a KeyError naming the known ones otherwise."""
+    try:
+        return _BY_NAME[name]
+    except KeyError:
+        raise KeyError(f"no sweep {name!r}; known: {', '.join(_BY_NAME)}") from None
+
+
+def run(sweep: Sweep, time_one: Callable[[Any, tuple[int, ...]], float | None],
+        reset: Callable[[], Any]) -> list[tuple[tuple[int, ...], dict[Any, float | None]]]:
+    """Per shape, the time (µs; None where it failed) at each setting: `time_one(fusion,
+    shape)` under each setting, `reset()` (fuser's caches) before each. The constant is
+    restored afterwards."""
+    from .fusions import by_name as fusion
+
+    mod = importlib.import_module(sweep.module)
+    shipped = getattr(mod, sweep.constant)
+    f = fusion(sweep.fusion)
+    rows = []
+    try:
+        for shape in sweep.shapes:
+            got: dict[Any, float | None] = {}
+            for value in sweep.settings:
+                setattr(mod, sweep.constant, value)
+                reset()
+                got[value] = time_one(f, shape)
+            rows.append((shape, got))
+    finally:
+        setattr(mod, sweep.constant, shipped)
+        reset()
+    return rows
+
+
+def table(sweep: Sweep, rows: Sequence[tuple[tuple[int, ...], dict[Any, float | None]]], device: str) -> str:
+    """The sweep's results: a row per shape, a column per setting, the best marked."""
+    head = ["shape"] + [f"{sweep.constant}={v}" + (" (now)" if v == sweep.current else "") for v in sweep.settings]
+    body = []
+    for shape, got in rows:
+        valid = {v: t for v, t in got.items() if t is not None}
+        best = min(valid, key=valid.get) if valid else None
+        body.append(["x".join(map(str, shape))] + [
+            "n/a" if got[v] is None else f"{got[v]:.1f}" + (" <" if v == best else "") for v in sweep.settings])
+    widths = [max(len(r[c]) for r in [head, *body]) for c in range(len(head))]
+    lines = [f"sweep {sweep.name} on {device}: {sweep.fusion}, µs per call; {sweep.about}"]
+    lines += ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in [head, *body]]
+    return "\n".join(lines)
+
+
+def device_name() -> str:
+    """The current CUDA device's name (what a sweep ran on)."""
+    return torch.cuda.get_device_name() if torch.cuda.is_available() else "no CUDA device"
