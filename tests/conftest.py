@@ -13,7 +13,7 @@ REPO = Path(__file__).resolve().parent.parent
 # (the extension is built in place) but wrong after `pip install .`, where
 # only the installed copy has the compiled core: then drop the repo root.
 _core = REPO / "fuser" / "_core"
-if not any((_core / f"graph{suffix}").exists() for suffix in EXTENSION_SUFFIXES):
+if _core.is_dir() and not any((_core / f"graph{suffix}").exists() for suffix in EXTENSION_SUFFIXES):
     sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != REPO]
 
 
@@ -36,27 +36,41 @@ def pytest_collection_modifyitems(config, items):
         for item in items:
             if item.get_closest_marker("nvcc"):
                 item.add_marker(pytest.mark.skip(reason="needs nvcc on PATH"))
+    # a GPU test that poisons kernel outputs also checks every element was written (poison
+    # alone misses an unwritten element whose answer is the poison, or within tolerance of
+    # it): the fixture runs before the test's own, whichever file defines those
+    for item in gpu_items:
+        names = getattr(item, "fixturenames", None)
+        if names is not None and "kernel_writes_checked" not in names and any("poison" in n for n in names):
+            names.insert(0, "kernel_writes_checked")
 
 
 @pytest.fixture
-def poisoned_kernel_outputs(monkeypatch):
+def poisoned_kernel_outputs(monkeypatch, kernel_writes_checked):
     """Fill every output a generated kernel allocates with a value it never computes (NaN,
     or -7 / True for integers and bools) before the launch, so an element the kernel skips
-    fails the comparison. Expanded (stride-0) outputs are left alone."""
-    import torch
+    fails the comparison; and check every element was written (`kernel_writes_checked`:
+    that also catches an unwritten element whose answer is the poison)."""
+    from kernel_writes import poison_
 
     from fuser.runtime import kernels as kernels_mod
 
     real = kernels_mod.GeneratedKernel.allocate_outputs
 
     def poisoned(self):
-        outs = real(self)
-        for t in outs:
-            if t.numel() and 0 not in t.stride():
-                if t.dtype.is_floating_point or t.dtype.is_complex:
-                    t.fill_(float("nan"))
-                else:
-                    t.fill_(-7 if t.dtype is not torch.bool else True)
-        return outs
+        return poison_(real(self))
 
     monkeypatch.setattr(kernels_mod.GeneratedKernel, "allocate_outputs", poisoned)
+
+
+@pytest.fixture
+def kernel_writes_checked(monkeypatch):
+    """Every generated kernel's launch is made twice, into outputs whose bytes all start
+    different, and must leave them bit-identical: every element written
+    (tests/kernel_writes.py). GPU tests that poison outputs get it automatically."""
+    from kernel_writes import checked_run
+
+    from fuser.runtime import kernels as kernels_mod
+
+    cls = kernels_mod.GeneratedKernel
+    monkeypatch.setattr(cls, "run", checked_run(cls.run))

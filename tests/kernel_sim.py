@@ -1081,14 +1081,7 @@ def simulate_kernel(k, args: Sequence[Any], *, philox_state: tuple[int, int] = (
     check_launch(k.kernel, shape)
     if max_threads is not None and shape.threads > max_threads:
         raise OverBudget(f"{shape.threads} threads")
-    outs = k.allocate_outputs()
-    for o in outs:
-        o.fill_(float("nan") if o.dtype.is_floating_point else True if o.dtype is torch.bool else -7)
-    values = list(k._template)
-    for pos, j in k._in_ptrs + k._scalars:
-        values[pos] = args[j]
-    for pos, j in k._out_ptrs + k._out_storage_ptrs:
-        values[pos] = outs[j]
+    outs, values = tct.plan_values(k, list(args))
     for pos, which in k._philox:
         values[pos] = 0 if captured else philox.as_int64(philox_state[which])
     if captured and getattr(k, "_philox_state", None) is not None:

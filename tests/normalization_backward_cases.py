@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import torch
 
 from fuser import DataType
+from fuser.scheduler.runtime_info import PERSISTENT_REGISTER_FRACTION, DeviceLimits
 
 from reduction_cases import _TAG as TAG
 from reduction_cases import RAND_RMS, Case, rand
@@ -76,6 +77,77 @@ class NormCase(Case):
     shape: tuple = ()
     dtype: torch.dtype = torch.float32
     layout: str = "contiguous"
+
+    def expected_segments(self, limits: DeviceLimits | None = None) -> Segmentation | None:
+        """What this case is segmented as on `limits` (default: the planning target's, as a
+        CPU / meta call plans); None where the cases claim nothing (softmax, batch norm)."""
+        return expected_segments(self.pattern, self.shape, self.dtype, self.layout,
+                                 limits if limits is not None else DeviceLimits.of(torch.device("meta")))
+
+
+# ----------------------------------------------------------------------------------------------
+# the segmentation each RMSNorm / LayerNorm backward case expects (issue 32, item 4)
+
+#: why inner_outer_persistent declines a case: what its reason
+#: (`fuser.scheduler.normalization.inner_outer_reason`) says
+NO_OUTER_REDUCTION = "needs both inner and outer reductions"
+ROW_TOO_LONG = "bytes registers hold"
+DIFFERENT_INNER_AXES = "inner reductions over different axes"
+
+
+@dataclass(frozen=True)
+class Segmentation:
+    """The schedulers of a case's segments, in order, and why inner_outer_persistent
+    declines the whole fusion (None: it accepts it, and that is the one segment)."""
+
+    schedulers: tuple[str, ...]
+    declined: str | None = None
+
+
+def register_budget(limits: DeviceLimits) -> int:
+    """The bytes of a row a persistent kernel may hold in registers on `limits` (as the
+    persistent schedulers count it)."""
+    return int(limits.register_file_bytes * PERSISTENT_REGISTER_FRACTION)
+
+
+def expected_segments(pattern: str, shape: tuple, dtype: torch.dtype, layout: str,
+                      limits: DeviceLimits) -> Segmentation | None:
+    """The rule: RMSNorm / LayerNorm backward is one inner_outer_persistent segment, except
+
+    - one row (M = 1): the row axis of a [1, N] input is a broadcast, so dweight / dbias
+      reduce nothing and there is no outer reduction. The whole fusion is one
+      inner_persistent segment when dx's row (grad and x) fits the register budget;
+      otherwise RMSNorm falls back to a reduction and a pointwise segment, LayerNorm to an
+      inner_persistent (its sums, which hold less) and a pointwise one;
+    - LayerNorm on `expanded_grad` (dbias sums a stride-0 grad over M) and fp32 LayerNorm on
+      `transposed` inputs (dbias sums the column-major grad itself, M innermost in memory):
+      an inner reduction over M beside dx's over N. dbias goes to a segment of its own
+      (a reduction), the rest stays inner_outer_persistent;
+    - rows longer than the register budget holds: per row element the kernel holds grad, x
+      and the weight, and a float accumulator per outer reduction (dweight; and dbias). Then
+      dweight is a reduction segment, and dx an inner_persistent one where its row (grad and
+      x) fits the budget, else a reduction (that writes the row sums) with the rest.
+
+    None for softmax and batch norm (no claim)."""
+    if pattern not in ("rms_bwd", "ln_bwd"):
+        return None
+    m, n = shape
+    size = torch.empty((), dtype=dtype).element_size()
+    budget = register_budget(limits)
+    dx_fits = 2 * size * n <= budget  # inner_persistent holds grad and x
+    if m == 1:
+        if dx_fits:
+            return Segmentation(("inner_persistent",), NO_OUTER_REDUCTION)
+        tail = ("reduction", "pointwise") if pattern == "rms_bwd" else ("inner_persistent", "pointwise")
+        return Segmentation(tail, NO_OUTER_REDUCTION)
+    if pattern == "ln_bwd" and layout == "expanded_grad":
+        return Segmentation(("reduction", "inner_outer_persistent"), DIFFERENT_INNER_AXES)
+    if pattern == "ln_bwd" and layout == "transposed" and dtype == torch.float32:
+        return Segmentation(("inner_outer_persistent", "reduction"), DIFFERENT_INNER_AXES)
+    held = 3 * size + 4 * (1 if pattern == "rms_bwd" else 2)
+    if held * n > budget:
+        return Segmentation(("reduction", "inner_persistent" if dx_fits else "reduction"), ROW_TOO_LONG)
+    return Segmentation(("inner_outer_persistent",))
 
 
 # ----------------------------------------------------------------------------------------------

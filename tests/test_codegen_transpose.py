@@ -457,10 +457,10 @@ def simulate_kernel(fusion, args: list):
     return run_plan(k, args), k
 
 
-def run_plan(k, args: list, simulator: type | None = None) -> list:
-    """The outputs of launch plan `k` (a GeneratedKernel) simulated on CPU `args` by
-    `simulator` (default: this file's Simulator), poisoned first (NaN, -7, True) so that
-    an element the kernel skips shows."""
+def plan_values(k, args: list) -> tuple[list, list]:
+    """(outputs, parameter values) of launch plan `k` (a GeneratedKernel) on CPU `args`:
+    the outputs fresh and poisoned (NaN, -7, True) so that an element the kernel skips shows,
+    the parameters the template with the arguments' and outputs' tensors in place."""
     outs = k.allocate_outputs()
     for o in outs:
         o.fill_(float("nan") if o.dtype.is_floating_point else True if o.dtype is torch.bool else -7)
@@ -469,6 +469,13 @@ def run_plan(k, args: list, simulator: type | None = None) -> list:
         values[pos] = args[j]
     for pos, j in k._out_ptrs + k._out_storage_ptrs:
         values[pos] = outs[j]
+    return outs, values
+
+
+def run_plan(k, args: list, simulator: type | None = None) -> list:
+    """The outputs of launch plan `k` (a GeneratedKernel) simulated on CPU `args` by
+    `simulator` (default: this file's Simulator), poisoned first (`plan_values`)."""
+    outs, values = plan_values(k, args)
     if k.grid[0]:
         (simulator or Simulator)(k.kernel, k.grid, k.block, values).run()
     return outs

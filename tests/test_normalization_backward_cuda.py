@@ -10,16 +10,20 @@ outer_persistent, inner_outer_persistent); FUSER_TEST_ALLOW_REFERENCE=1 turns it
 warning, as there.
 
 On the GPU (`gpu`-marked, one by one; skipped without CUDA): each case runs through
-fd.execute with its outputs poisoned, matches the reference executor, and again on new
-inputs through the cached kernel; RMSNorm and LayerNorm backward run as exactly one
-`inner_outer_persistent` segment whenever that scheduler accepts the whole fusion; a few
-cases match eager PyTorch's CUDA kernels; and seed 001 (fuser/examples/rmsnorm_backward.py)
-runs at full size against eager PyTorch in at most two segments.
+fd.execute with its outputs poisoned (and every element checked written: conftest's
+`kernel_writes_checked`), matches the reference executor, and again on new inputs through
+the cached kernel; each RMSNorm and LayerNorm backward case is segmented as it expects
+(`NormCase.expected_segments` on this device's limits: one `inner_outer_persistent` segment,
+or the fallback the rule in tests/normalization_backward_cases.py names, with
+inner_outer_persistent declining for the reason it names; an unexpected decline fails, it
+is not skipped); a few cases match eager PyTorch's CUDA kernels; and seed 001
+(fuser/examples/rmsnorm_backward.py) runs at full size against eager PyTorch in at most two
+segments.
 
-On the CPU (not gpu-marked): each small case (M * N <= 2**16) matches eager PyTorch, the
-segmentation claim above is checked for every RMSNorm / LayerNorm case (at any size, on
-meta tensors: the same SegmentedRunner segmentation `ran_segments` reads after an execute),
-and the GPU test's own path runs on CPU tensors.
+On the CPU (not gpu-marked): each small case (M * N <= 2**16) matches eager PyTorch, every
+RMSNorm / LayerNorm case (at any size, on meta tensors: the same SegmentedRunner
+segmentation `ran_segments` reads after an execute) is segmented as it expects on the
+default planning target, and the GPU test's own path runs on CPU tensors.
 """
 from __future__ import annotations
 
@@ -33,10 +37,12 @@ from fuser.examples.rmsnorm_backward import eager_reference, make_inputs, rmsnor
 from fuser.runtime.info import runtime_info
 from fuser.runtime.tolerance import assert_close
 from fuser.scheduler import schedulers_for
+from fuser.scheduler.runtime_info import DEFAULT_TARGET, TARGET_ENV, TARGETS, DeviceLimits
 
-from normalization_backward_cases import (CASES, CPU_CASES, CPU_MAX_ELEMENTS, HALF_DTYPES, HALF_SHAPES, LAYOUTS,
-                                          LEFT_OUT, MAX_INPUT_BYTES, NORM_KERNEL_SCHEDULERS, PATTERNS, ROW_LENGTHS,
-                                          ROWS, TAG)
+from normalization_backward_cases import (CASES, CPU_CASES, CPU_MAX_ELEMENTS, DIFFERENT_INNER_AXES, HALF_DTYPES,
+                                          HALF_SHAPES, LAYOUTS, LEFT_OUT, MAX_INPUT_BYTES, NO_OUTER_REDUCTION,
+                                          NORM_KERNEL_SCHEDULERS, PATTERNS, ROW_LENGTHS, ROW_TOO_LONG, ROWS, TAG,
+                                          NormCase, Segmentation, make_case)
 
 gpu = pytest.mark.gpu
 check_against_reference = trc.check_against_reference
@@ -71,50 +77,67 @@ def _ids(cases):
 
 
 # ----------------------------------------------------------------------------------------------
-# segmentation: RMSNorm / LayerNorm backward in one inner_outer_persistent segment
+# segmentation: each RMSNorm / LayerNorm backward case as it expects
 
 SEGMENTED_CASES = [c for c in CASES if c.pattern in ("rms_bwd", "ln_bwd")]
 
 
-def assert_one_inner_outer_segment(fd, inputs, schedulers: list[str], what: str) -> None:
-    """When inner_outer_persistent accepts the whole fusion for `inputs`, the fusion ran
-    (or will run) as exactly that one segment; otherwise there is no claim (skip, naming
-    the scheduler's reason)."""
+def assert_segmented_as_expected(fd, inputs, schedulers: list[str], case: NormCase, limits: DeviceLimits,
+                                 what: str) -> None:
+    """`schedulers` (the segmentation `fd` got for `inputs`) and inner_outer_persistent's
+    answer for the whole fusion are what `case` expects on `limits`: a decline the case
+    does not expect (or one for another reason) fails, as does any other segmentation."""
+    want = case.expected_segments(limits)
+    assert want is not None, f"{case.name}: the cases claim no segmentation for {case.pattern}"
     why = schedulers_for(fd.fusion, runtime_info(fd.fusion, inputs))["inner_outer_persistent"]
-    if why is not None:
-        pytest.skip(f"inner_outer_persistent does not take the whole fusion: {why}")
-    assert schedulers == ["inner_outer_persistent"], (
-        f"{what}: inner_outer_persistent accepts the whole fusion, but it is segmented as {schedulers}")
+    if want.declined is None:
+        assert why is None, (f"{what}: inner_outer_persistent declines the whole fusion ({why}); the case expects "
+                             f"it to take it on {limits.describe()}")
+    else:
+        assert why is not None and want.declined in why, (
+            f"{what}: inner_outer_persistent {'accepts the whole fusion' if why is None else f'declines: {why}'}; "
+            f"the case expects it to decline ({want.declined!r}) on {limits.describe()}")
+    assert tuple(schedulers) == want.schedulers, (
+        f"{what}: segmented as {list(schedulers)}, the case expects {list(want.schedulers)} on {limits.describe()}")
 
 
 def _meta(inputs):
     return [torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta") for x in inputs]
 
 
+def _schedulers(fd, inputs) -> list[str]:
+    return [str(getattr(g.scheduler, "value", g.scheduler)) for g in fd.segmented_fusion_for(inputs).groups]
+
+
 @pytest.mark.usefixtures("one_cpu_thread")
 @pytest.mark.parametrize("case", SEGMENTED_CASES, ids=_ids(SEGMENTED_CASES))
-def test_norm_backward_is_one_inner_outer_segment(case):
+def test_norm_backward_is_segmented_as_expected(case, monkeypatch):
     """Every size, on meta inputs laid out as the case's (no data): the segmentation
     fd.execute would run (`segmented_fusion_for`: the SegmentedRunner whose runs
-    `ran_segments` reads), on an H100's limits (what a CPU or meta call assumes)."""
+    `ran_segments` reads), on the default planning target (what a CPU or meta call plans
+    for without FUSER_TARGET), is the case's expectation."""
+    monkeypatch.delenv(TARGET_ENV, raising=False)
+    limits = DeviceLimits.of(torch.device("meta"))
+    assert limits is TARGETS[DEFAULT_TARGET]
     inputs = case.inputs("meta")
     with FusionDefinition() as fd:
         case.build(fd, inputs)
-    schedulers = [str(getattr(g.scheduler, "value", g.scheduler)) for g in fd.segmented_fusion_for(inputs).groups]
-    assert_one_inner_outer_segment(fd, inputs, schedulers, case.name)
+    assert_segmented_as_expected(fd, inputs, _schedulers(fd, inputs), case, limits, case.name)
 
 
 @gpu
 @pytest.mark.parametrize("case", SEGMENTED_CASES, ids=_ids(SEGMENTED_CASES))
-def test_norm_backward_runs_as_one_inner_outer_segment_on_gpu(case):
-    """The same claim on the GPU, from the segments fd.execute ran (this device's limits)."""
+def test_norm_backward_segmented_as_expected_on_gpu(case):
+    """The same claim on the GPU, from the segments fd.execute ran, against the expectation
+    on this device's limits (the rule depends on its register file)."""
     pytest.importorskip("pycuda")
     inputs = case.inputs("cuda")
     with FusionDefinition() as fd:
         case.build(fd, inputs)
     fd.execute(inputs)
     segs = ran_segments(fd)
-    assert_one_inner_outer_segment(fd, inputs, [s for s, _ in segs], f"{case.name} {segs}")
+    limits = DeviceLimits.of(inputs[0].device)
+    assert_segmented_as_expected(fd, inputs, [s for s, _ in segs], case, limits, f"{case.name} {segs}")
     assert_kernels_ran(segs, case.name)
 
 
@@ -302,15 +325,60 @@ def test_strict_assertion_covers_the_persistent_schedulers(monkeypatch):
     assert_kernels_ran([(s, True) for s in NORM_KERNEL_SCHEDULERS] + [("pointwise", False)], "ok")
 
 
-def test_segmentation_check_can_fail(monkeypatch):
-    """A fusion inner_outer_persistent accepts whole, claimed split, fails the check."""
+def test_segmentation_check_can_fail():
+    """An unexpected decline, a decline for another reason, an expected decline that does
+    not come, and another segmentation each fail the check."""
     case = next(c for c in CPU_CASES if c.name == "rms_bwd_fp32_m7_n127")
     inputs = _meta(case.inputs("cpu"))
     with FusionDefinition() as fd:
         case.build(fd, inputs)
+    limits = TARGETS[DEFAULT_TARGET]
+    assert_segmented_as_expected(fd, inputs, ["inner_outer_persistent"], case, limits, case.name)
     with pytest.raises(AssertionError, match="segmented as"):
-        assert_one_inner_outer_segment(fd, inputs, ["reduction", "reduction"], case.name)
-    assert_one_inner_outer_segment(fd, inputs, ["inner_outer_persistent"], case.name)
+        assert_segmented_as_expected(fd, inputs, ["reduction", "reduction"], case, limits, case.name)
+    # the case expecting a decline that does not come
+    declining = NormCase(**{**case.__dict__, "shape": (1, 127)})
+    with pytest.raises(AssertionError, match="accepts the whole fusion"):
+        assert_segmented_as_expected(fd, inputs, ["inner_persistent"], declining, limits, case.name)
+    # a decline the case does not expect: a fusion of one row
+    one_row = next(c for c in CPU_CASES if c.name == "rms_bwd_fp32_m1_n127")
+    row_inputs = _meta(one_row.inputs("cpu"))
+    with FusionDefinition() as fd1:
+        one_row.build(fd1, row_inputs)
+    with pytest.raises(AssertionError, match="declines the whole fusion"):
+        assert_segmented_as_expected(fd1, row_inputs, ["inner_persistent"], case, limits, one_row.name)
+    # a decline for another reason than the expected one
+    wrong = NormCase(**{**one_row.__dict__, "pattern": "ln_bwd", "layout": "expanded_grad", "shape": (7, 127)})
+    assert wrong.expected_segments(limits).declined == DIFFERENT_INNER_AXES
+    with pytest.raises(AssertionError, match="declines: needs both"):
+        assert_segmented_as_expected(fd1, row_inputs, ["inner_persistent"], wrong, limits, one_row.name)
+
+
+def test_expected_segments_rule_follows_the_register_file(monkeypatch):
+    """The rule reads the target's register file: the declines it expects are the named
+    ones, and on a target with a quarter of the registers a bf16 row of 4000 (which an
+    H100 holds) declines, and the segmenter, planning for that target, agrees."""
+    h100 = TARGETS["h100"]
+    counts = {}
+    for c in SEGMENTED_CASES:
+        want = c.expected_segments(h100)
+        counts[want.declined] = counts.get(want.declined, 0) + 1
+        assert (want.declined is None) == (want.schedulers == ("inner_outer_persistent",)), c.name
+    assert set(counts) == {None, NO_OUTER_REDUCTION, ROW_TOO_LONG, DIFFERENT_INNER_AXES}, counts
+    # a shape no other test segments (runners are cached per input signature, not target)
+    case = make_case("rms_bwd", 999, 4000, torch.bfloat16)
+    assert case.expected_segments(h100) == Segmentation(("inner_outer_persistent",))
+    small = DeviceLimits(registers_per_sm=16 * 1024, name="quarter-registers")
+    want = Segmentation(("reduction", "inner_persistent"), ROW_TOO_LONG)
+    assert case.expected_segments(small) == want
+    monkeypatch.setitem(TARGETS, "quarter", small)
+    monkeypatch.setenv(TARGET_ENV, "quarter")
+    assert case.expected_segments() == want  # a case's default: the planning target's
+    inputs = case.inputs("meta")
+    with FusionDefinition() as fd:
+        case.build(fd, inputs)
+    assert_segmented_as_expected(fd, inputs, _schedulers(fd, inputs), case, small, case.name)
+    assert "target: quarter-registers" in str(fd.segmented_fusion_for(inputs))
 
 
 def test_seed001_tolerances():

@@ -23,13 +23,10 @@ from fuser.runtime import kernels as kernels_mod
 from fuser.runtime.reference import run_reference
 from fuser.runtime.tolerance import assert_close
 
+from kernel_writes import poison_
 from test_codegen_transpose import CASES, Case, copy_t, define, rand
 
 pytestmark = pytest.mark.gpu
-
-#: what fresh kernel outputs are filled with, per poisoning round: (float, integer, bool)
-POISON = ((float("nan"), -7, True), (-7.0, 7, False))
-
 
 @pytest.fixture(autouse=True)
 def _seed(request):
@@ -42,19 +39,13 @@ def _seed(request):
 @pytest.fixture
 def poison(monkeypatch):
     """Poison every output a generated kernel allocates (a skipped store shows as a
-    mismatch); `.round` picks the poison. Empty and stride-0 outputs are left alone."""
+    mismatch; tests/kernel_writes.py); `.round` picks the poison."""
     real = kernels_mod.GeneratedKernel.allocate_outputs
     state = SimpleNamespace(round=0, allocations=0)
 
     def poisoned(self):
-        outs = real(self)
         state.allocations += 1
-        f, i, b = POISON[state.round % len(POISON)]
-        for t in outs:
-            if t.numel() == 0 or 0 in t.stride():
-                continue
-            t.fill_(f if t.dtype.is_floating_point else b if t.dtype is torch.bool else i)
-        return outs
+        return poison_(real(self), state.round)
 
     monkeypatch.setattr(kernels_mod.GeneratedKernel, "allocate_outputs", poisoned)
     return state

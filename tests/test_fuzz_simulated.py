@@ -1,0 +1,487 @@
+"""Generated kernels simulated on the CPU, whole fusions at a time (tests/kernel_sim.py):
+random fusions of the differential fuzzer (tests/gpu_fuzz.py), every generated-kernel
+segment simulated on the arguments it gets at run time, give the reference executor's
+values with no fault; a fusion of each kernel kind the runtime generates (pointwise,
+resize, transpose, reduction, inner / outer / inner-outer persistent, index ops, scatter,
+random numbers) is simulated with every node of its kernel IR; and the simulator catches
+what the GPU would get wrong when a kernel loses a barrier, a wait, a store or a check.
+
+Long runs: ``python tests/kernel_sim.py --cases 2000 --seed 7`` (see its docstring)."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import pytest
+import torch
+
+from fuser import DataType, FusionDefinition
+from fuser.lower import kir
+from fuser.runtime.kernels import prepare_kernel
+from fuser.runtime.segmented import example_args
+
+import kernel_sim as ks
+
+#: the fuzz stream and the cases this suite simulates (about 16 s on an idle core)
+FUZZ_SEED = 11
+FUZZ_CASES = 400
+#: kernels past this many threads or statement-steps are skipped (counted: at most
+#: SKIP_SHARE of the cases)
+MAX_THREADS = 100_000
+BUDGET = 2e9
+SKIP_SHARE = 0.1
+
+
+@pytest.fixture(scope="module")
+def fuzz_run() -> ks.FuzzSummary:
+    torch.manual_seed(0)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # small tensors: intra-op threads only add overhead
+    try:
+        # ("big" cases, 1e5 to 4M elements, are over the thread budget: only time spent)
+        return ks.fuzz(FUZZ_CASES, FUZZ_SEED, max_threads=MAX_THREADS, budget=BUDGET, exclude=("big",))
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_fuzzed_fusions_simulate_to_the_reference(fuzz_run):
+    bad = fuzz_run.failures()
+    msg = "\n\n".join(ks.sim_repro(r.seed, r.index, r.report) for r in bad[:3])
+    assert not bad, f"{fuzz_run.line()}\n{msg}"
+    # skipped: over the budget, the generator's case does not build, or its fusion does
+    # not execute at all ("error": segmenting or binding raises, as fd.execute would)
+    skipped = [r for r in fuzz_run.results if r.status in ("skipped", "error")]
+    n = len(fuzz_run.results)
+    assert n >= 0.9 * FUZZ_CASES
+    assert len(skipped) <= SKIP_SHARE * n, \
+        f"{fuzz_run.line()}\n" + "\n".join(f"{r.index}: {r.detail[:200]}" for r in skipped if r.detail)
+    # the cases are not vacuous: most of them simulate kernels, of several kinds
+    kinds = {s.scheduler for r in fuzz_run.results if r.report
+             for s in r.report.segments if s.status == "ok" and s.kernel}
+    assert {"pointwise", "reduction", "inner_persistent", "resize"} <= kinds, kinds
+    assert sum(r.report is not None and r.report.simulated > 0 for r in fuzz_run.results) >= 0.8 * n
+
+
+# --- a fusion of every kernel kind ----------------------------------------------------------------------
+
+
+def _rand(*shape, dtype=torch.float32):
+    x = torch.randn(shape)
+    return (x + 0.25 * x.sign()).to(dtype)
+
+
+@dataclasses.dataclass
+class Kind:
+    """A fusion (`build(fd, inputs)`) whose segments are `schedulers`, and kernel IR nodes
+    its kernels must use (so the simulator ran them)."""
+
+    name: str
+    build: Callable
+    inputs: Callable[[], list]
+    schedulers: tuple[str, ...]
+    nodes: tuple[str, ...] = ()
+    #: launch grid-strided kernels on this many resident blocks (their blocks loop)
+    resident: int | None = None
+
+
+def _pointwise(fd, xs):
+    x, b = fd.from_pytorch(xs[0]), fd.from_pytorch(xs[1])
+    y = fd.ops.add(fd.ops.mul(fd.ops.cast(x, DataType.Float), 2.0), fd.ops.broadcast_in_dim(b, x.shape(), [1]))
+    fd.add_output(fd.ops.cast(fd.ops.tanh(y), DataType.BFloat16))
+
+
+def _resize(fd, xs):
+    x = fd.from_pytorch(xs[0])
+    c = fd.ops.cat([x, fd.ops.neg(x)], dim=1)
+    p = fd.ops.pad(c, [2, 6], 1.5)
+    fd.add_output(fd.ops.slice(p, [0, 2], [8, 98]))
+
+
+def _transpose_rng(fd, xs):
+    t = fd.ops.permute(fd.from_pytorch(xs[0]), [1, 0])
+    fd.add_output(fd.ops.add(t, fd.ops.rand_like(t)))
+
+
+def _sum(dims):
+    def build(fd, xs):
+        fd.add_output(fd.ops.sum(fd.from_pytorch(xs[0]), dims=dims))
+    return build
+
+
+def _var_mean(fd, xs):
+    var, mean = fd.ops.var_mean(fd.from_pytorch(xs[0]), dims=[1], correction=1)
+    fd.add_output(var)
+    fd.add_output(mean)
+
+
+def _softmax(fd, xs):
+    x = fd.from_pytorch(xs[0])
+    m = fd.ops.broadcast_in_dim(fd.ops.max(x, dims=[1]), x.shape(), [0])
+    e = fd.ops.exp(fd.ops.sub(x, m))
+    fd.add_output(fd.ops.div(e, fd.ops.broadcast_in_dim(fd.ops.sum(e, dims=[1]), x.shape(), [0])))
+
+
+def _batch_norm(fd, xs):
+    x, w = fd.from_pytorch(xs[0]), fd.from_pytorch(xs[1])
+    m = fd.ops.size(x, 0)
+    mean = fd.ops.div(fd.ops.sum(x, dims=[0]), m)
+    xc = fd.ops.sub(x, fd.ops.broadcast_in_dim(mean, x.shape(), [1]))
+    var = fd.ops.div(fd.ops.sum(fd.ops.mul(xc, xc), dims=[0]), m)
+    r = fd.ops.rsqrt(fd.ops.add(var, 1e-5))
+    fd.add_output(fd.ops.mul(fd.ops.mul(xc, fd.ops.broadcast_in_dim(r, x.shape(), [1])),
+                             fd.ops.broadcast_in_dim(w, x.shape(), [1])))
+
+
+def _layer_norm_backward(fd, xs):
+    grad, x, mean, rstd, w = (fd.from_pytorch(v) for v in xs)
+    dt = grad.dtype
+    g, xf = fd.ops.cast(grad, DataType.Float), fd.ops.cast(x, DataType.Float)
+    shape = x.shape()
+    r = fd.ops.broadcast_in_dim(rstd, shape=shape, broadcast_dims=[0, 1])
+    xhat = fd.ops.mul(fd.ops.sub(xf, fd.ops.broadcast_in_dim(mean, shape=shape, broadcast_dims=[0, 1])), r)
+    gw = fd.ops.mul(g, fd.ops.broadcast_in_dim(fd.ops.cast(w, DataType.Float), shape=shape, broadcast_dims=[1]))
+    n = fd.ops.size(x, 1)
+    a = fd.ops.div(fd.ops.sum(gw, dims=[1], keepdim=True), n)
+    b = fd.ops.div(fd.ops.sum(fd.ops.mul(gw, xhat), dims=[1], keepdim=True), n)
+    inner = fd.ops.sub(fd.ops.sub(gw, fd.ops.broadcast_in_dim(a, shape=shape, broadcast_dims=[0, 1])),
+                       fd.ops.mul(xhat, fd.ops.broadcast_in_dim(b, shape=shape, broadcast_dims=[0, 1])))
+    fd.add_output(fd.ops.cast(fd.ops.mul(r, inner), dt))
+    fd.add_output(fd.ops.cast(fd.ops.sum(fd.ops.mul(g, xhat), dims=[0]), dt))
+    fd.add_output(fd.ops.cast(fd.ops.sum(g, dims=[0]), dt))
+
+
+def _ln_inputs(m, n, dtype):
+    return lambda: [_rand(m, n, dtype=dtype), _rand(m, n, dtype=dtype), _rand(m, 1), torch.rand(m, 1) + 0.5,
+                    _rand(n, dtype=dtype)]
+
+
+def _row_segments(fd, xs):
+    """RMSNorm backward over [B, S, N] with a sum over S per batch (seed 001's shape of
+    outer reductions): one inner-outer kernel combining partials per row segment."""
+    g, x, r, w = (fd.from_pytorch(v) for v in xs)
+    sh = x.shape()
+    xhat = fd.ops.mul(x, fd.ops.broadcast_in_dim(r, shape=sh, broadcast_dims=[0, 1, 2]))
+    gw = fd.ops.mul(g, fd.ops.broadcast_in_dim(w, shape=sh, broadcast_dims=[2]))
+    m = fd.ops.sum(fd.ops.mul(gw, xhat), dims=[2], keepdim=True)
+    fd.add_output(fd.ops.sub(gw, fd.ops.mul(xhat, fd.ops.broadcast_in_dim(m, shape=sh, broadcast_dims=[0, 1, 2]))))
+    fd.add_output(fd.ops.sum(fd.ops.mul(g, xhat), dims=[0, 1]))
+    fd.add_output(fd.ops.sum(g, dims=[1]))
+
+
+def _index_ops(fd, xs):
+    x, i, j = fd.from_pytorch(xs[0]), fd.from_pytorch(xs[1]), fd.from_pytorch(xs[2])
+    s = fd.ops.index_select(x, i, dim=0)  # [7, 40]
+    g = fd.ops.gather(x, j, dim=1)  # [30, 9]
+    t = fd.ops.take_along_axis(x, j, dim=1)
+    fd.add_output(fd.ops.mul(s, 2.0))
+    fd.add_output(fd.ops.add(g, t))
+    fd.add_output(fd.ops.select(x, fd.define_scalar(-3, dtype=DataType.Int), dim=0))
+
+
+def _index_inputs():
+    return [_rand(30, 40), torch.randint(0, 30, (7,)), torch.randint(0, 40, (30, 9))]
+
+
+def _scatter(fd, xs):
+    x, i, s = (fd.from_pytorch(v) for v in xs)
+    fd.add_output(fd.ops.scatter(fd.ops.mul(x, 3.0), i, s, 1))
+
+
+def _scatter_inputs():
+    # distinct positions along dim 1 in every row: the result does not depend on the order
+    idx = torch.rand(37, 65).argsort(dim=1)[:, :50].contiguous()
+    return [_rand(37, 65), idx, _rand(37, 50)]
+
+
+def _rng(fd, xs):
+    x = fd.from_pytorch(xs[0])
+    u = fd.ops.uniform(-1.0, 2.0, shape=x.shape(), rng_seed=fd.define_scalar(7, dtype=DataType.Int),
+                       rng_offset=fd.define_scalar(4, dtype=DataType.Int), dtype=DataType.BFloat16)
+    z = fd.ops.normal(0.5, 2.0, shape=x.shape(), dtype=DataType.Double)
+    fd.add_output(fd.ops.mul(x, fd.ops.cast(u, DataType.Float)))
+    fd.add_output(z)
+    fd.add_output(fd.ops.add(x, fd.ops.randn_like(x)))
+
+
+KINDS = [
+    Kind("pointwise_bf16_bias", _pointwise, lambda: [_rand(64, 136, dtype=torch.bfloat16), _rand(136)], ("pointwise",),
+         ("VecLoad", "VecStore")),
+    Kind("resize_cat_pad_slice", _resize, lambda: [_rand(8, 45)], ("resize",), ("Ternary",)),
+    Kind("transpose_with_rng", _transpose_rng, lambda: [_rand(65, 97)], ("transpose",), ("Sync", "Random")),
+    Kind("reduction_inner", _sum([1]), lambda: [_rand(33, 1025)], ("reduction",), ("BlockAllReduce",)),
+    Kind("reduction_outer", _sum([0]), lambda: [_rand(1025, 33)], ("reduction",)),
+    Kind("reduction_grid_inner", _sum([1]), lambda: [_rand(1, 1 << 18)], ("reduction",), ("GridReduce",)),
+    Kind("reduction_grid_outer", _sum([0]), lambda: [_rand(1 << 14, 4)], ("reduction",), ("GridReduce",)),
+    Kind("reduction_welford", _var_mean, lambda: [_rand(33, 1025)], ("reduction",), ("Member",)),
+    Kind("inner_persistent_softmax", _softmax, lambda: [_rand(16, 1000)], ("inner_persistent",)),
+    Kind("outer_persistent_batch_norm", _batch_norm, lambda: [_rand(48, 100), _rand(100)], ("outer_persistent",)),
+    Kind("inner_outer_fp32", _layer_norm_backward, _ln_inputs(64, 256, torch.float32), ("inner_outer_persistent",),
+         ("GridSync", "ColumnPartials", "ColumnWidth")),
+    Kind("inner_outer_bf16_staged", _layer_norm_backward, _ln_inputs(40, 512, torch.bfloat16),
+         ("inner_outer_persistent",), ("CpAsync", "CpAsyncWait", "GridSync"), resident=3),
+    Kind("inner_outer_row_segments", _row_segments,
+         lambda: [_rand(3, 40, 96), _rand(3, 40, 96), torch.rand(3, 40, 1) + 0.5, _rand(96)],
+         ("inner_outer_persistent",), ("SegmentPartials", "TileReduceY"), resident=2),
+    Kind("index_ops", _index_ops, _index_inputs, ("pointwise", "pointwise"), ("CheckedIndex", "Lookup")),
+    Kind("scatter", _scatter, _scatter_inputs, ("greedy",), ("GridSync", "CheckedIndex"), resident=2),
+    Kind("rng_seeded_and_unseeded", _rng, lambda: [_rand(7, 130)], ("pointwise", "pointwise"), ("Random", "StateOr")),
+]
+
+
+def _define(kind: Kind, inputs: list) -> FusionDefinition:
+    with FusionDefinition() as fd:
+        kind.build(fd, inputs)
+    return fd
+
+
+@pytest.mark.parametrize("kind", KINDS, ids=[k.name for k in KINDS])
+def test_every_kernel_kind_simulates_to_the_reference(kind):
+    torch.manual_seed(0)
+    inputs = kind.inputs()
+    fd = _define(kind, inputs)
+    before = ks.COVERAGE.copy()
+    report = ks.simulate_fusion(fd, inputs, resident=kind.resident)
+    assert report.ok and report.status == "ok", str(report)
+    assert tuple(s.scheduler for s in report.segments) == kind.schedulers, str(report)
+    assert all(s.kernel for s in report.segments), str(report)
+    used = ks.COVERAGE - before
+    missing = [n for n in kind.nodes if not used[n]]
+    assert not missing, f"{kind.name}: the kernels used no {missing}"
+
+
+# --- what simulated fuzzing found --------------------------------------------------------------------------
+
+
+def _cat_strided_size1(fd, xs):
+    """A cat along an axis where an operand has extent 1 and a stride other than the dense
+    one (seed 3 case 151): the shift must step by the stride the merged index implies."""
+    y = fd.define_tensor(shape=[-1, -1, -1], contiguity=[True, True, True], dtype=DataType.Float)
+    x = fd.define_tensor(shape=[-1, -1, -1], contiguity=[False, True, True], dtype=DataType.Float)
+    fd.add_output(fd.ops.cat([y, x], dim=1))
+    fd.add_output(fd.ops.pad(x, [0, 0, 2, 1]))
+
+
+def _axis_beside_its_reshape(fd, xs):
+    """[N, 4] and its reshape [N, 2, 2] as separate axes of one output, beside a reduction
+    (seed 3 case 544): no reduction kernel may take the reshape's axes for the other's."""
+    x = fd.define_tensor(shape=[-1, 4], contiguity=[True, True], dtype=DataType.Float)
+    r = fd.ops.reshape(x, new_shape=[x.size(0), 2, 2])
+    fd.add_output(fd.ops.sum(r, dims=[2]))
+    b = fd.ops.broadcast_in_dim(r, shape=[x.size(0), 4, 2, 2], broadcast_dims=[0, 2, 3])
+    fd.add_output(fd.ops.add(b, fd.ops.broadcast_in_dim(x, shape=[x.size(0), 4, 2, 2], broadcast_dims=[0, 1])))
+
+
+def _axis_beside_its_reshape_pointwise(fd, xs):
+    """The same in a pointwise segment whose smaller output is the reshape (seed 42 case 134)."""
+    x = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float)
+    r = fd.ops.reshape(x, new_shape=[1, 2, 4])
+    b = fd.ops.broadcast_in_dim(fd.ops.reshape(x, new_shape=[1, 2, 4]), shape=[x.size(0), 8, 2, 4],
+                                broadcast_dims=[0, 2, 3])
+    c = fd.ops.expand(fd.ops.broadcast(x, is_broadcast_dim=[False, False, True, True]),
+                      shape=[x.size(0), x.size(1), 2, 4])
+    fd.add_output(fd.ops.maximum(b, c))
+    fd.add_output(r)
+
+
+def _lookup_per_row(fd, xs):
+    """A looked-up value per row beside row sums, rows not filling the last block (seed 8
+    case 890): threads of missing rows must not check their (unloaded) index."""
+    a, b, x, i = (fd.from_pytorch(v) for v in xs)
+    fd.add_output(fd.ops.add(fd.ops.sum(a, dims=[1]), fd.ops.index_select(x, i, dim=0)))  # inner
+    fd.add_output(fd.ops.add(fd.ops.sum(b, dims=[0]), fd.ops.index_select(x, i, dim=0)))  # outer
+
+
+def _view_of_lane_invariant_input(fd, xs):
+    """An output that is a view of an input broadcast along the vector axis, beside a max
+    (seed 44 case 847): its store must not read vectors from the one-value-per-step registers."""
+    x = fd.define_tensor(shape=[-1, -1, -1], contiguity=[None, True, None], dtype=DataType.Float)
+    v = fd.ops.reshape(fd.ops.broadcast_in_dim(x, shape=[16, 64, 3, 8], broadcast_dims=[0, 1, 2]),
+                       new_shape=[16, 64, 24])
+    fd.add_output(v)
+    fd.add_output(fd.ops.max(v, dims=[0, 1, 2]))
+
+
+def _gather_int32_expanded_index(fd, xs):
+    """A gather along an int32 index broadcast along the other axes (seed 54 case 208): the
+    reference executor's CPU torch.gather reads such an expanded int32 index wrongly."""
+    t0 = fd.define_tensor(shape=[-1, -1, -1], contiguity=[True, True, True], dtype=DataType.Float)
+    i = fd.ops.remainder(fd.ops.iota(7, 2, 5, dtype=DataType.Int32), 4)
+    fd.add_output(fd.ops.gather(t0, fd.ops.broadcast_in_dim(i, shape=[7, 16, 32], broadcast_dims=[0]), dim=0))
+
+
+def _axis_through_a_slice(fd, xs):
+    """An output's axis the resize reference holds both sliced and padded (seed 53 case
+    782): it must be indexed through the route that covers it whole."""
+    x = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float)
+    s = fd.ops.slice(x, start_indices=[0, 3], end_indices=[1, 8])
+    k = fd.ops.broadcast(fd.ops.gt(fd.ops.pad(x, [4, 3], 1.5), 0.0), is_broadcast_dim=[False, True, False])
+    fd.add_output(fd.ops.logical_not(x))
+    fd.add_output(fd.ops.where(k, k, fd.ops.broadcast(s, is_broadcast_dim=[False, False, True])))
+
+
+def _axis_beside_its_pad(fd, xs):
+    """An output iterating an axis and a pad of it, beside a wider pad the resize scheduler
+    takes as its reference (seed 64 case 77)."""
+    x = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float)
+    p = fd.ops.pad(x, [0, 3], 0.0)
+    pe = fd.ops.expand(fd.ops.broadcast(p, is_broadcast_dim=[False, True, False]), shape=[x.size(0), 7, 10])
+    fd.add_output(fd.ops.add(pe, fd.ops.broadcast_in_dim(x, shape=[x.size(0), 7, 10], broadcast_dims=[0, 1])))
+    fd.add_output(fd.ops.pad(p, [1, 3], -2.0))
+
+
+#: (name, build, inputs): the bug classes the simulated fuzz runs found, each fixed at its
+#: cause (a wrong index, an unwritten or misread element, a spurious error)
+FOUND = [
+    ("cat_strided_size1", _cat_strided_size1, lambda: [_rand(2, 3, 5), _rand(2, 1, 9)[:, :, 2:7]]),
+    ("axis_beside_its_reshape", _axis_beside_its_reshape, lambda: [_rand(64, 4)]),
+    ("axis_beside_its_reshape_pointwise", _axis_beside_its_reshape_pointwise, lambda: [_rand(1, 8)]),
+    ("lookup_per_row", _lookup_per_row,
+     lambda: [_rand(3, 1000), _rand(1000, 3), _rand(128), torch.tensor([5, 0, 127])]),
+    ("view_of_lane_invariant_input", _view_of_lane_invariant_input, lambda: [_rand(1, 64, 1).expand(16, 64, 3)]),
+    ("gather_int32_expanded_index", _gather_int32_expanded_index, lambda: [_rand(4, 16, 32)]),
+    ("axis_through_a_slice", _axis_through_a_slice, lambda: [_rand(1, 8)]),
+    ("axis_beside_its_pad", _axis_beside_its_pad, lambda: [_rand(8, 7)]),
+]
+
+
+@pytest.mark.parametrize("name, build, inputs", FOUND, ids=[f[0] for f in FOUND])
+def test_bugs_fuzzing_found_stay_fixed(name, build, inputs):
+    torch.manual_seed(0)
+    xs = inputs()
+    with FusionDefinition() as fd:
+        build(fd, xs)
+    report = ks.simulate_fusion(fd, xs)
+    assert report.ok and report.simulated and not report.skipped, f"{name}\n{report}"
+
+
+def _on(x: Any, device: str) -> Any:
+    """`x` on `device` with the same sizes, strides and storage offset (expanded and sliced
+    views included: their storage is copied, not the view materialised)."""
+    if not isinstance(x, torch.Tensor):
+        return x
+    y = torch.empty(0, dtype=x.dtype, device=device)
+    return y.set_(x.untyped_storage().to(device=device), x.storage_offset(), x.shape, x.stride())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name, build, inputs", FOUND, ids=[f[0] for f in FOUND])
+def test_bugs_fuzzing_found_match_the_reference_on_the_gpu(name, build, inputs):
+    from fuser.runtime.reference import run_reference
+    from fuser.runtime.tolerance import assert_close
+
+    torch.manual_seed(0)
+    xs = inputs()
+    with FusionDefinition() as fd:
+        build(fd, xs)
+    got = fd.execute([_on(x, "cuda") for x in xs])
+    ran = [s.kernel for s in fd.last_segments() if s.generates_kernel]
+    assert ran and all(ran), f"{name}: a segment fell back to the reference executor"
+    want = run_reference(fd.fusion, xs)  # on the CPU
+    for k, (g, w) in enumerate(zip(got, want)):
+        assert_close(g.cpu(), w, what=f"{name} output {k}", rtol=1e-5, atol=1e-4)
+
+
+# --- the simulator is a real check ----------------------------------------------------------------------
+
+
+def _kernel(kind_name: str, segment: int = 0):
+    """(the generated kernel of segment `segment` of KINDS' `kind_name`, its arguments, the Kind)."""
+    kind = next(k for k in KINDS if k.name == kind_name)
+    torch.manual_seed(0)
+    inputs = kind.inputs()
+    fd = _define(kind, inputs)
+    seg = fd.segmented_fusion_for(inputs)
+    group = seg.groups[segment]
+    args = example_args(seg, group, inputs)
+    return prepare_kernel(group.scheduler, group.fusion(), args), args, kind
+
+
+def _without(stmts: list, drop: Callable[[Any], bool]) -> list:
+    """`stmts` with the statements `drop` picks removed, at any depth."""
+    out = []
+    for s in stmts:
+        if drop(s):
+            continue
+        if isinstance(s, kir.For):
+            s = dataclasses.replace(s, body=_without(s.body, drop))
+        elif isinstance(s, kir.If):
+            s = dataclasses.replace(s, then=_without(s.then, drop),
+                                    orelse=None if s.orelse is None else _without(s.orelse, drop))
+        out.append(s)
+    return out
+
+
+def _mutated(kind_name: str, drop: Callable[[Any], bool]):
+    k, args, kind = _kernel(kind_name)
+    body = _without(k.kernel.body, drop)
+    assert body != k.kernel.body
+    k.kernel = dataclasses.replace(k.kernel, body=body)
+    return k, args, kind
+
+
+@pytest.mark.parametrize("kind_name", ["inner_outer_fp32", "scatter"])
+def test_a_missing_grid_barrier_is_a_race(kind_name):
+    k, args, kind = _mutated(kind_name, lambda s: isinstance(s, kir.GridSync))
+    with pytest.raises(ks.KernelFault, match="barrier between"):
+        ks.simulate_kernel(k, args, resident=kind.resident)
+
+
+def test_a_missing_cp_async_wait_faults():
+    k, args, kind = _mutated("inner_outer_bf16_staged", lambda s: isinstance(s, kir.CpAsyncWait))
+    with pytest.raises(ks.KernelFault, match="cp.async"):
+        ks.simulate_kernel(k, args, resident=kind.resident)
+
+
+def test_an_output_no_thread_writes_shows():
+    k, args, _ = _mutated("reduction_inner", lambda s: isinstance(s, kir.Assign) and isinstance(s.lhs, kir.Element)
+                          and isinstance(s.lhs.base, kir.Param) and s.lhs.base.kind == "tensor")
+    with pytest.raises(ks.KernelFault, match="never written"):
+        ks.simulate_kernel(k, args)
+
+
+def test_an_index_out_of_range_sets_the_error_flag():
+    k, args, _ = _kernel("index_ops", 1)  # the gather and take_along_axis segment
+    args = list(args)
+    gathered = next(j for j, a in enumerate(args) if isinstance(a, torch.Tensor) and a.shape == (30, 9))
+    args[gathered] = args[gathered].clone()
+    args[gathered][3, 4] = 40  # along an axis of 40
+    with pytest.raises(ks.KernelFault, match="index check failed .* index 40 of extent 40"):
+        ks.simulate_kernel(k, args)
+
+
+@pytest.mark.parametrize("segment", [0, 1])
+def test_random_numbers_are_the_reference_stream(segment):
+    """The kernels' Philox numbers are the reference's bit for bit (a seeded bf16 uniform,
+    unseeded float and double normals), and the unseeded ones follow the execution's draw."""
+    k, args, _ = _kernel("rng_seeded_and_unseeded", segment)
+    got = ks.simulate_kernel(k, args, philox_state=ks.PHILOX_STATE)
+    want = ks.run_reference(k.fusion, args, ks.PHILOX_STATE)
+    assert all(torch.equal(g, w) for g, w in zip(got, want))
+    other = ks.simulate_kernel(k, args, philox_state=(ks.PHILOX_STATE[0] + 1, ks.PHILOX_STATE[1]))
+    assert not torch.equal(other[-1], want[-1])  # the last output of each is unseeded
+    if segment == 0:
+        assert torch.equal(other[0], want[0])  # the seeded uniform's
+    # a launch captured in a CUDA graph reads the draw from a device array instead
+    captured = ks.simulate_kernel(k, args, philox_state=ks.PHILOX_STATE, captured=True)
+    assert all(torch.equal(g, w) for g, w in zip(captured, want))
+
+
+def test_gpu_mismatch_repros_pass(tmp_path):
+    """The GPU fuzzer's four wrong results (tests/kernel_sim.py --files shows them on the
+    code before their fixes: unwritten outputs, an out-of-bounds read)."""
+    import glob
+    import os
+
+    files = sorted(glob.glob("/work/shared/cases/gpu-mismatches/case_*.py"))
+    if not files or os.environ.get("FUSER_SIM_REPROS") != "1":
+        pytest.skip("set FUSER_SIM_REPROS=1 with /work/shared/cases/gpu-mismatches present (about 10 s)")
+    for path in files:
+        fd, inputs = ks.load_repro(path)
+        report = ks.simulate_fusion(fd, inputs, max_threads=None, budget=float("inf"))
+        assert report.ok, f"{path}\n{report}"
+
+
+def test_fuzz_case_repro_is_a_script():
+    text = ks.sim_repro(FUZZ_SEED, 0)
+    assert "with FusionDefinition() as fd:" in text and "simulate_fusion(fd, inputs)" in text
+    compile(text, "repro", "exec")
