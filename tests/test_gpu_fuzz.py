@@ -225,7 +225,8 @@ def test_a_normalisation_over_constant_axes_is_scaled_until_it_cannot_be_nan():
     assert scale < 1
     assert 4 * gpu_fuzz._var_floor(256, big.bound * scale) < gpu_fuzz.LAYER_NORM_EPS
     assert 4 * gpu_fuzz._var_floor(256, big.bound * scale * 2) >= gpu_fuzz.LAYER_NORM_EPS
-    assert g.norm_scale(big, [1, 2], 512) == 1.0  # varies along 1
+    # rows that vary are scaled alike (a row constant by coincidence is not told apart)
+    assert g.norm_scale(big, [1, 2], 512) < 1
     assert g.norm_scale(b, [2], 256) == 1.0  # small: fine as it is
     case = _first(lambda c: "layer_norm_scaled" in c.tags, family="reshape", limit=600)
     r = run_case(case, "cpu")

@@ -193,6 +193,10 @@ class TensorIndexer:
         #: the reshapes' position relations (runs of equal element counts, by this call's
         #: sizes): what relates a symbolic reshape's sides, which have no Split/Merge
         self._reshape_runs = sub._reshape_relations() if RESHAPE in sub.kinds else []
+        #: expanded broadcasts this call's sizes expand to one element: position 0, as a
+        #: plain broadcast's
+        self._one = {i for tv in sub.tensors() for i in tv.domain.maybe_root + tv.logical_no_reductions()
+                     if i.has_expanded_extent and sub._runtime_extent(i) == 1}
         self._exact: ExactMap | None = None
         #: extents the runtime binds from the input tensors' sizes: parameters, even where
         #: they are expressions of the complete fusion's sizes (a segment's inputs)
@@ -330,13 +334,13 @@ class TensorIndexer:
             # input reads it at every one, through stride 0); a plain broadcast only 0
             def put(i: IterDomain, v: Expr, c: tuple[Expr, ...]) -> None:
                 nonlocal changed
-                if (i.is_broadcast and not i.has_expanded_extent) or find(i) in known:
+                if (i.is_broadcast and (not i.has_expanded_extent or i in self._one)) or find(i) in known:
                     return
                 known[find(i)] = (v, c)
                 changed = True
 
             def get(i: IterDomain):
-                if i.is_broadcast and not i.has_expanded_extent:
+                if i.is_broadcast and (not i.has_expanded_extent or i in self._one):
                     return IntLit(0), ()
                 return known.get(find(i))
 

@@ -370,13 +370,14 @@ def prepare_reduction(fusion: Fusion, args: Sequence[Any], device: torch.device 
     reds = sub.reductions()
     if not reds:
         raise NotLowerable("no reduction")
-    if outer:
+    if outer or persistent:
+        plan = normalization.outer_persistent_plan if outer else normalization.inner_persistent_plan
         try:
-            geo, width, params = normalization.outer_persistent_plan(sub)
+            geo, width, params = plan(sub)
         except ValueError as err:
             raise NotLowerable(str(err)) from None
     else:
-        geo = red.geometry(sub, rows=persistent)
+        geo = red.geometry(sub)
     if geo.n_red == 0:
         if any(isinstance(r.expr, WelfordOp) for r in reds):
             raise NotLowerable("a mean over no elements (NaN, which an empty Welford accumulator does not hold)")
@@ -384,11 +385,10 @@ def prepare_reduction(fusion: Fusion, args: Sequence[Any], device: torch.device 
             if isinstance(tv, TensorView) and set(sub.classes_of(tv)) & reds[0].red_classes and info.numel(tv):
                 raise NotLowerable(f"output {tv!r} spans reduced axes with no elements but has elements itself")
     vec = vectorizable(sub, geo.vector_axis) if geo.vector_axis is not None else []
-    if not outer:
+    if not (outer or persistent):
         width = red.vector_width(sub, geo, vec, stride_alignment(sub, vec))
         try:
-            params = (normalization.inner_persistent_heuristics(sub, geo, width) if persistent
-                      else red.heuristics(sub, geo, width))
+            params = red.heuristics(sub, geo, width)
         except ValueError as err:
             raise NotLowerable(str(err)) from None
     red.schedule(fusion, geo)

@@ -53,7 +53,14 @@ def inner_reason(sub: SubFusion) -> str | None:
         return "not every reduction is over the innermost axes"
     if not _same_axes(reds):
         return "reductions over different axes"
-    return _fits(sub, shared_memory=False)
+    why = _fits(sub, shared_memory=False)
+    if why is not None or sub.a.info is None:
+        return why
+    try:
+        inner_persistent_plan(sub)  # what the kernel's preparation will plan
+    except ValueError as err:
+        return str(err)
+    return None
 
 
 def outer_reason(sub: SubFusion) -> str | None:
@@ -161,8 +168,9 @@ def _mixes_outer_groups(sub: SubFusion, outer) -> bool:
 def row_held_bytes(sub: SubFusion, red_classes, n_accumulators: int) -> int:
     """Bytes an inner-outer kernel holds per element of a row: each fusion input spanning
     the row's axes, and a float accumulator per outer reduction."""
+    # (every input of the segment: another segment's output is read from memory too)
     held = sum(tv.dtype.itemsize for tv in sub.inputs
-               if isinstance(tv, TensorView) and tv.is_fusion_input and set(sub.classes_of(tv)) & red_classes)
+               if isinstance(tv, TensorView) and set(sub.classes_of(tv)) & red_classes)
     return held + 4 * n_accumulators
 
 
@@ -200,6 +208,18 @@ PREFERRED_MAX_BDX = 256
 #: 384 (LayerNorm fp32, row 16384, 512 threads) the kernel needed 122 registers and ran at
 #: 73% of copy, against 86% with 1024 threads holding 192
 MAX_HELD_BYTES = 192
+
+
+def inner_persistent_plan(sub: SubFusion) -> tuple[ReductionGeometry, int, ReductionParams]:
+    """(geometry, vector width, params) of an inner-persistent kernel over `sub` (which has
+    runtime info): rows as laid out by `reduction.geometry`, held in registers. Raises
+    ValueError where a row does not fit."""
+    from .vectorize import stride_alignment, vectorizable
+
+    geo = reduction.geometry(sub, rows=True)
+    vec = vectorizable(sub, geo.vector_axis) if geo.vector_axis is not None else []
+    width = reduction.vector_width(sub, geo, vec, stride_alignment(sub, vec))
+    return geo, width, inner_persistent_heuristics(sub, geo, width)
 
 
 def inner_persistent_heuristics(sub: SubFusion, geo: ReductionGeometry, vectorize: int, *,
