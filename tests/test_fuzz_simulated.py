@@ -329,6 +329,18 @@ def _axis_beside_its_pad(fd, xs):
     fd.add_output(fd.ops.pad(p, [1, 3], -2.0))
 
 
+def _pad_inside_a_merged_inner_axis(fd, xs):
+    """A pad of 3 rows, repeated 4 times by an expand and merged into one axis by a reshape
+    that a permute makes the reference's innermost (GPU fuzz seed 10108 case 87): the
+    vectors along that axis must not straddle the pad's edges."""
+    x = fd.define_tensor(shape=[-1, 32], contiguity=[True, True], dtype=DataType.Float, stride_order=[0, 1])
+    p = fd.ops.pad(x, [0, 1, 3, 2], 0.0)
+    r = fd.ops.reshape(fd.ops.broadcast_in_dim(p, shape=[4, 8, 33], broadcast_dims=[1, 2]), new_shape=[32, 33])
+    fd.add_output(r)
+    t = fd.ops.broadcast_in_dim(fd.ops.permute(r, dims=[1, 0]), shape=[3, 33, 32], broadcast_dims=[1, 2])
+    fd.add_output(fd.ops.add(t, 1.0))
+
+
 #: (name, build, inputs): the bug classes the simulated fuzz runs found, each fixed at its
 #: cause (a wrong index, an unwritten or misread element, a spurious error)
 FOUND = [
@@ -341,6 +353,7 @@ FOUND = [
     ("gather_int32_expanded_index", _gather_int32_expanded_index, lambda: [_rand(4, 16, 32)]),
     ("axis_through_a_slice", _axis_through_a_slice, lambda: [_rand(1, 8)]),
     ("axis_beside_its_pad", _axis_beside_its_pad, lambda: [_rand(8, 7)]),
+    ("pad_inside_a_merged_inner_axis", _pad_inside_a_merged_inner_axis, lambda: [_rand(32, 3).permute(1, 0)]),
 ]
 
 

@@ -225,7 +225,8 @@ def vector_limit(sub: SubFusion, ref: TensorView) -> int:
     concrete = [i for i in ref.logical_no_reductions() if not i.is_broadcast]
     if not concrete:
         return 1
-    inner_class = find(id_of(concrete[-1]))
+    vals: list[int] = []
+    lanes = _lane_classes(sub, find(id_of(concrete[-1])), vals)
 
     def inner_pos(tv: TensorView) -> int | None:
         ids = tv.logical_no_reductions()
@@ -235,9 +236,8 @@ def vector_limit(sub: SubFusion, ref: TensorView) -> int:
         return None
 
     def along_inner(tv: TensorView, k: int, *axes: IterDomain) -> bool:
-        return k == inner_pos(tv) or any(find(id_of(a)) == inner_class for a in axes)
+        return k == inner_pos(tv) or any(find(id_of(a)) in lanes for a in axes)
 
-    vals: list[int] = []
     for e in sub.exprs:
         if isinstance(e, SliceOp):
             x, out = e.inputs[0], e.outputs[0]
@@ -274,3 +274,35 @@ def vector_limit(sub: SubFusion, ref: TensorView) -> int:
     while width > 1 and g % width:
         width //= 2
     return width
+
+
+def _lane_classes(sub: SubFusion, inner: int, vals: list[int]) -> set[int]:
+    """The axis classes whose index steps with the reference's innermost index inside a
+    vector: that class, and through each reshape the inner part of a merge or split of a
+    class already here (and the whole of one whose inner part is here). A vector stays
+    inside one run of such an inner part when the width divides its extent, so each extent
+    is appended to `vals`; a pad, slice or cat along any class here bounds the width too
+    (a reshape that merges [4, 8] puts a pad of the 8 along the reference's innermost)."""
+    info = sub.a.info
+    find, id_of = sub.uf.find, sub.a.id_of
+    rels = []
+    for e in sub.exprs:
+        if isinstance(e, ReshapeOp):
+            out = e.outputs[0]
+            rels += [t for t in id_exprs_between(out.domain.maybe_root, out.domain.logical)
+                     if isinstance(t, (Split, Merge))]
+    lanes = {inner}
+    changed = True
+    while changed:
+        changed = False
+        for t in rels:
+            if isinstance(t, Merge):
+                whole, part = t.outputs[0], t.inputs[1]
+            else:
+                whole, part = t.inputs[0], t.outputs[1]
+            w, p = find(id_of(whole)), find(id_of(part))
+            if (w in lanes) != (p in lanes):
+                lanes.update((w, p))
+                vals.append(info.extent(part))
+                changed = True
+    return lanes
