@@ -8,7 +8,7 @@
 """
 from . import pytorch_utils
 from .frontend import FusionCache, FusionDefinition, Scalar, Tensor, Vector, clone
-from .ir import DataType
+from .ir import DataType, ParallelType
 from .runtime.descriptor import compute_contiguity, compute_tensor_descriptor
 
 __version__ = "0.1.0"
@@ -23,6 +23,7 @@ __all__ = [
     "FusionDefinition",
     "FusionCache",
     "DataType",
+    "ParallelType",
     "Tensor",
     "Scalar",
     "Vector",

@@ -6,7 +6,7 @@ import re
 from typing import Iterable
 
 from fuser.codegen.ops import runtime_headers
-from fuser.runtime.nvrtc import compile_cubin_nvcc
+from fuser.driver.nvrtc import compile_cubin_nvcc
 
 _HEADERS = ('#include "fuser_runtime.cuh"\n', '#include "fuser_reduction.cuh"\n', '#include "fuser_indexing.cuh"\n')
 

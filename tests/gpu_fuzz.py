@@ -3111,9 +3111,9 @@ def _recording_fallbacks():
     path: the runner looks up `prepare_kernel` in its module at each first run, so a
     wrapper there sees every NotLowerable while the fuzzer executes."""
     from fuser.lower.lower import NotLowerable
-    from fuser.runtime import segmented
+    from fuser.host import evaluator
 
-    orig = segmented.prepare_kernel
+    orig = evaluator.prepare_kernel
 
     def prepare(scheduler: Any, fusion: Any, args: Sequence[Any], device: Any = None) -> Any:
         try:
@@ -3122,11 +3122,11 @@ def _recording_fallbacks():
             _fallback_reasons[fusion] = (str(err).strip().splitlines() or [""])[0]
             raise
 
-    segmented.prepare_kernel = prepare
+    evaluator.prepare_kernel = prepare
     try:
         yield
     finally:
-        segmented.prepare_kernel = orig
+        evaluator.prepare_kernel = orig
 
 
 def segment_report(fd: Any) -> list[tuple[str, bool, bool | None, str]]:

@@ -1366,9 +1366,9 @@ def simulate_fusion(fd, inputs: Sequence[Any], *, resident: int | None = None, m
     threads, or past `budget` statement-steps, are skipped."""
     from fuser.frontend.fusion_definition import _flatten_inputs
     from fuser.lower.errors import NotLowerable
-    from fuser.runtime.executor import segmented_runner
+    from fuser.host.executor import segmented_runner
     from fuser.runtime.kernels import generates_kernel, prepare_kernel
-    from fuser.runtime.segmented import _as_declared
+    from fuser.host.lower import as_declared as _as_declared
 
     report = SimReport()
     inputs = _flatten_inputs(inputs)

@@ -90,7 +90,7 @@ def _transpose_kernel():
     """(GeneratedKernel, args, the reference's outputs) of a transpose kernel with tails:
     x.T + 1 over a 65 x 97 fp32 x."""
     from fuser.runtime.reference import run_reference
-    from fuser.runtime.segmented import example_args
+    from fuser.host.lower import example_args
     from test_codegen_transpose import SIMULATED, define
 
     case = next(c for c in SIMULATED if c.name == "sim_tails_fp32")

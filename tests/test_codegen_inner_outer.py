@@ -148,8 +148,8 @@ def test_seed_001_is_one_inner_outer_kernel_with_sums_per_row_segment():
 
 def test_load_caps_the_grid_to_resident_blocks_and_sizes_the_partials(monkeypatch):
     # no GPU: the compiler and loader are stand-ins reporting 3 resident blocks per SM
-    import fuser.runtime.kernel_cache as kc
-    import fuser.runtime.launch as launch
+    import fuser.driver.kernel_cache as kc
+    import fuser.driver.launch as launch
     from fuser.runtime.kernels import prepare_kernel
     from fuser.scheduler import SchedulerType
 

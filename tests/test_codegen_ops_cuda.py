@@ -2,7 +2,7 @@
 kernel on the GPU and compared with the reference executor on the same CUDA inputs.
 
 Kernels come from fuser.codegen.ops over the runtime header, compiled with NVRTC (one module
-per op, compiled in parallel) and launched through fuser.runtime.launch. Inputs hold special
+per op, compiled in parallel) and launched through fuser.driver.launch. Inputs hold special
 values (nan, +-inf, +-0, extreme magnitudes, integer extremes); outputs start as poison (NaN,
 -7, True: tests/kernel_writes.py), and each kernel runs twice, the second time into outputs
 holding the first's bitwise complement, so every element must be written
@@ -197,7 +197,7 @@ def expected_reference_gap(case: Case, err: Exception) -> str | None:
 def modules():
     """op name -> (cubin or the compile error, [(kernel name, cases)])."""
     pytest.importorskip("pycuda")
-    from fuser.runtime import nvrtc
+    from fuser.driver import nvrtc
 
     arch = nvrtc.device_arch(None)
     headers = runtime_headers()
@@ -245,7 +245,7 @@ def by_op() -> dict[str, list[Case]]:
 @gpu
 @pytest.mark.parametrize("name", OP_NAMES)
 def test_generated_op_matches_reference(name, modules):
-    from fuser.runtime.launch import CompiledKernel
+    from fuser.driver.launch import CompiledKernel
 
     assert name in modules, f"{name}: the frontend accepts it for no dtype, so no case checks it"
     cubin, groups = modules[name]
@@ -402,8 +402,8 @@ def test_load_vec_store_vec_copy_bits():
     """load_vec into a register array and into an Array, store_vec back: every bit pattern
     (NaNs, non-canonical bools) survives, for 1- to 32-byte vectors."""
     pytest.importorskip("pycuda")
-    from fuser.runtime import nvrtc
-    from fuser.runtime.launch import CompiledKernel
+    from fuser.driver import nvrtc
+    from fuser.driver.launch import CompiledKernel
 
     lines = [f'#include "{RUNTIME_HEADER_NAME}"']
     for k, (dt, n) in enumerate(_VECTORS):

@@ -425,8 +425,8 @@ def test_persistent_kernels_are_compiled_for_the_blocks_their_held_rows_allow():
 
 def test_a_register_cap_that_spills_is_dropped_when_the_kernel_loads(monkeypatch):
     # no GPU: a stand-in loader reports local memory for the capped source only
-    import fuser.runtime.kernel_cache as kc
-    import fuser.runtime.launch as launch
+    import fuser.driver.kernel_cache as kc
+    import fuser.driver.launch as launch
     from fuser.runtime.kernels import prepare_kernel
     from fuser.scheduler import SchedulerType
 

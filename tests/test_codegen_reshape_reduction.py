@@ -15,7 +15,7 @@ import torch
 from fuser import DataType, FusionDefinition
 from fuser.runtime.kernels import generates_kernel, prepare_kernel
 from fuser.runtime.reference import run_reference
-from fuser.runtime.segmented import example_args
+from fuser.host.lower import example_args
 from fuser.runtime.tolerance import assert_close
 from fuser.scheduler import FusionAnalysis
 from fuser.scheduler.registry import explain

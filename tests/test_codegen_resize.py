@@ -14,7 +14,7 @@ from fuser.ir.exprs import BinaryOpType, TernaryOpType
 from fuser.lower import kir
 from fuser.runtime.kernels import prepare_kernel
 from fuser.runtime.reference import run_reference
-from fuser.runtime.segmented import example_args
+from fuser.host.lower import example_args
 
 import test_codegen_transpose as tct
 from cuda_units import compile_all

@@ -485,7 +485,7 @@ def simulate(fd: FusionDefinition, inputs: list):
     """(outputs, the reference executor's, kernel): `simulate_kernel` on `fd`'s one
     segment, a transpose one (its outputs in the segment's order)."""
     from fuser.runtime.reference import run_reference
-    from fuser.runtime.segmented import example_args
+    from fuser.host.lower import example_args
 
     seg = fd.segmented_fusion_for(inputs)
     assert [str(g.scheduler) for g in seg.groups] == ["transpose"], seg
@@ -561,7 +561,7 @@ def test_simulator_catches_missing_barriers_and_predicates(monkeypatch):
 
 
 def _kernel(case: Case, inputs=None):
-    from fuser.runtime.segmented import example_args
+    from fuser.host.lower import example_args
     from fuser.runtime.kernels import prepare_transpose
 
     inputs = inputs if inputs is not None else case.inputs("meta")
@@ -711,7 +711,7 @@ def test_segments_judged_within_the_complete_fusion_get_their_kernels():
     fusions of their own, neither segment has anything to stage; their kernels still lower
     (with nothing staged) and are right."""
     from fuser.runtime.reference import run_reference
-    from fuser.runtime.segmented import example_args
+    from fuser.host.lower import example_args
 
     with FusionDefinition() as fd:
         x = fd.define_tensor(shape=[-1], contiguity=[True])

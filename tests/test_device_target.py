@@ -202,7 +202,7 @@ def test_cp_async_kernels_compile_below_sm80():
     """The staged kernel compiles for sm_75 (a synchronous copy there: no cp.async in its
     PTX) and for sm_80 and sm_90 (cp.async in theirs)."""
     from fuser.codegen.ops import runtime_headers
-    from fuser.runtime.nvrtc import compile_cubin_nvcc
+    from fuser.driver.nvrtc import compile_cubin_nvcc
 
     src, headers = _staged_kernel(), runtime_headers()
     for arch in ("sm_75", "sm_80", "sm_90"):
@@ -217,7 +217,7 @@ def test_without_the_guard_sm75_refuses_cp_async():
     """The check above can fail: with cp_async's architecture guard taken out of the
     runtime header, ptxas refuses the kernel for sm_75, naming cp.async."""
     from fuser.codegen.ops import RUNTIME_HEADER_NAME, runtime_headers
-    from fuser.runtime.nvrtc import CompilationError, compile_cubin_nvcc
+    from fuser.driver.nvrtc import CompilationError, compile_cubin_nvcc
 
     headers = dict(runtime_headers())
     text = headers[RUNTIME_HEADER_NAME]

@@ -18,7 +18,7 @@ import torch
 from fuser import DataType, FusionDefinition
 from fuser.lower import kir
 from fuser.runtime.kernels import prepare_kernel
-from fuser.runtime.segmented import example_args
+from fuser.host.lower import example_args
 
 import kernel_sim as ks
 

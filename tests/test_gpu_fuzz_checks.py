@@ -341,7 +341,7 @@ def _fresh_cache(monkeypatch):
 
 def test_a_case_whose_segment_fell_back_fails(monkeypatch):
     from fuser.lower.lower import NotLowerable
-    from fuser.runtime import segmented
+    from fuser.host import evaluator
 
     _fresh_cache(monkeypatch)
     case = next(c for c in (generate(SEED, i, family="classic") for i in range(200))
@@ -352,8 +352,8 @@ def test_a_case_whose_segment_fell_back_fails(monkeypatch):
 
     # the runner tries kernels (as on CUDA) and every preparation fails: each segment
     # falls back to the reference executor, whose results match eager
-    monkeypatch.setattr(segmented, "kernels_available", lambda device: True)
-    monkeypatch.setattr(segmented, "prepare_kernel", refuse)
+    monkeypatch.setattr(evaluator, "kernels_available", lambda device: True)
+    monkeypatch.setattr(evaluator, "prepare_kernel", refuse)
     r = run_case(case, "cpu", require_kernels=True)
     assert r.status == "fallback", r.message
     assert "fell back to the reference executor: test: this kernel is not lowerable" in r.message

@@ -276,7 +276,7 @@ def test_kernel_source_and_parameters():
 @pytest.mark.nvcc
 def test_shared_memory_sync_and_branches_compile():
     # a block sum through shared memory, from nodes alone (no runtime reduction helper)
-    from fuser.runtime.nvrtc import compile_cubin_nvcc
+    from fuser.driver.nvrtc import compile_cubin_nvcc
 
     n = Param("i0", "extent", None, "i")
     out = Param("T1", "tensor", None, "P", DataType.Float, pointer=True)

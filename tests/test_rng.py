@@ -360,7 +360,7 @@ def test_rng_kernels_compile_for_sm90():
 def test_a_new_seed_or_offset_per_call_reuses_the_runner():
     # Thunder's uniform_philox passes a new offset at each step: the seed and offset inputs
     # are kernel parameters, not part of the input signature
-    from fuser.runtime.executor import value_free_inputs
+    from fuser.host.executor import value_free_inputs
 
     with FusionDefinition() as fd:
         t = fd.define_tensor(shape=[-1], contiguity=[True])

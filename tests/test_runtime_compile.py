@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from fuser.runtime import kernel_cache, launch, nvrtc
-from fuser.runtime.nvrtc import CompilationError, CompilerNotFoundError
+from fuser.driver import kernel_cache, launch, nvrtc
+from fuser.driver.nvrtc import CompilationError, CompilerNotFoundError
 
 HEADER_NAME = "fuser_runtime.cuh"
 HEADER = """#pragma once

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from fuser.runtime import kernel_cache, nvrtc
-from fuser.runtime.nvrtc import CompilationError
+from fuser.driver import kernel_cache, nvrtc
+from fuser.driver.nvrtc import CompilationError
 
 pytestmark = pytest.mark.gpu
 
@@ -85,7 +85,7 @@ def _compile(source, **kw):
 
 
 def _kernel(source, name, fmt, **kw):
-    from fuser.runtime.launch import CompiledKernel
+    from fuser.driver.launch import CompiledKernel
 
     return CompiledKernel(_compile(source, options=OPTIONS, **kw), name, fmt)
 
@@ -281,7 +281,7 @@ def test_warm_disk_cache_does_not_compile(monkeypatch, tmp_path):
     finally:
         kernel_cache.clear()
 
-    from fuser.runtime.launch import CompiledKernel
+    from fuser.driver.launch import CompiledKernel
 
     k = CompiledKernel(again, "axpy_f16", AXPY_FORMAT)  # the cached CUBIN runs
     n = 777
@@ -327,7 +327,7 @@ def test_dynamic_shared_memory_above_48k():
 
 
 def test_too_much_shared_memory_is_a_clear_error():
-    from fuser.runtime.launch import KernelLaunchError
+    from fuser.driver.launch import KernelLaunchError
 
     optin = getattr(torch.cuda.get_device_properties(0), "shared_memory_per_block_optin", 0)
     if not optin:
@@ -410,7 +410,7 @@ def _sm90():
 
 def _dependent_pair():
     from fuser.codegen.ops import runtime_headers
-    from fuser.runtime.launch import CompiledKernel
+    from fuser.driver.launch import CompiledKernel
 
     first = _kernel(SLOW_DOUBLE, "slow_double", "PPiqi")
     second = CompiledKernel(_compile(WAITING_INC, options=OPTIONS, headers=runtime_headers()), "waiting_inc", "PPi",

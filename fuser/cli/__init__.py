@@ -21,5 +21,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "bench":
         from .bench import run_bench
 
-        return run_bench(quick=args.quick, plot=args.plot, only=args.only, cpu=args.cpu, sweep=args.sweep)
+        return run_bench(quick=args.quick, plot=args.plot, only=args.only, cpu=args.cpu, sweep=args.sweep,
+                         overlap=args.overlap)
     return 2

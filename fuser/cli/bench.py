@@ -192,6 +192,8 @@ class _Row:
 
 
 _IMPLS = ("fuser", "eager", "compile")
+#: a cached one-kernel fd.execute should cost the host at most this many eager op calls
+HOST_LATENCY_TARGET = 2.0
 
 
 def _compiled(fn: Callable) -> Callable:
@@ -264,6 +266,9 @@ def _bench_row(f: F.BenchFusion, shape, *, iters: int, repeats: int, latency_cal
             except Exception as e:  # noqa: BLE001
                 row.latency[impl] = None
                 row.errors.setdefault(impl, _first_line(e))
+        # the yardstick: one eager PyTorch op on the same tensor, in the same process
+        x = next(t for t in inputs if isinstance(t, torch.Tensor))
+        row.latency["one eager op"] = host_time_per_call(lambda: torch.mul(x, 0.5), calls=latency_calls)
     inputs = sets = fns = None  # the closures above are done: free the inputs
     torch.cuda.empty_cache()
     return row
@@ -278,7 +283,7 @@ def _reset_process_caches() -> list[str]:
     FusionCache.reset()
     done = ["FusionCache (definitions, segmentations, scheduled/lowered kernels, loaded modules)"]
     try:
-        from fuser.runtime import kernel_cache
+        from fuser.driver import kernel_cache
     except ImportError:
         kernel_cache = None
     if kernel_cache is not None and hasattr(kernel_cache, "clear"):
@@ -293,7 +298,7 @@ def _reset_process_caches() -> list[str]:
 
 def _kernel_cache_stats() -> dict[str, int] | None:
     try:
-        from fuser.runtime import kernel_cache
+        from fuser.driver import kernel_cache
     except ImportError:
         return None
     stats = getattr(kernel_cache, "stats", None)
@@ -485,9 +490,12 @@ def _run_cuda(fusions: Sequence[F.BenchFusion], *, quick: bool, plot: str | None
         print()
         print(f"host latency, {r.fusion.name} {list(r.shape)} (cached; per-call wall time of a loop of "
               f"{latency_calls} calls, one synchronize at the end, median of 5 loops):")
-        for impl in _IMPLS:
+        for impl in (*_IMPLS, "one eager op"):
             v = r.latency.get(impl)
-            print(f"  {impl:<8} {('n/a' if v is None else f'{v:.1f}'):>8} {us}/call")
+            print(f"  {impl:<12} {('n/a' if v is None else f'{v:.1f}'):>8} {us}/call")
+        fz, op = r.latency.get("fuser"), r.latency.get("one eager op")
+        if fz and op:
+            print(f"  fuser / one eager op = {fz / op:.2f} (target: at most {HOST_LATENCY_TARGET:g} eager op calls)")
 
     gelu = next((f for f in fusions if f.name == "gelu_tanh_bf16"), None) or next(
         (f for f in fusions if f.name == "latency_gelu_8x8"), None)
@@ -505,7 +513,7 @@ def _run_cuda(fusions: Sequence[F.BenchFusion], *, quick: bool, plot: str | None
             value = "n/a" if t is None else f"{t * 1e3:.1f} ms"
             print(f"  {value:>10}  {desc}" + (f" [{note}]" if note else ""))
         print("  cleared: fuser.FusionCache (definitions, segmentations, kernels and their loaded modules) and "
-              "fuser.runtime.kernel_cache's memory; already initialised in every case: the CUDA context, "
+              "fuser.driver.kernel_cache's memory; already initialised in every case: the CUDA context, "
               "pycuda, the NVRTC library and PyTorch's allocator.")
 
     if plot:
@@ -556,8 +564,16 @@ def _run_sweeps(names: Sequence[str]) -> int:
 
 
 def run_bench(*, quick: bool = False, plot: str | None = None, only: Sequence[str] | None = None,
-              cpu: bool = False, sweep: Sequence[str] | None = None) -> int:
+              cpu: bool = False, sweep: Sequence[str] | None = None, overlap: bool = False) -> int:
     """`python -m fuser bench`; returns the exit status."""
+    if overlap:
+        if not torch.cuda.is_available():
+            print("fuser bench --overlap: needs CUDA (torch.cuda.is_available() is False)", file=sys.stderr)
+            return 2
+        from fuser.benchmarks import overlap as O
+
+        print(O.table(O.run(), torch.cuda.get_device_name()))
+        return 0
     if sweep:
         if not torch.cuda.is_available():
             print("fuser bench --sweep: the sweeps time kernels and need CUDA (torch.cuda.is_available() is False)",
@@ -597,6 +613,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--cpu", action="store_true", help="only run and check each fusion on CPU, even with CUDA")
     from fuser.benchmarks.sweeps import SWEEPS
 
+    p.add_argument("--overlap", action="store_true",
+                   help="instead of the table, time a stream-parallel matmul + pointwise loop beside its parts (CUDA)")
     p.add_argument("--sweep", nargs="+", metavar="NAME", default=None,
                    help="instead of the table, time one fusion around a scheduler threshold at each of a few "
                         "values of it (CUDA): " + ", ".join(s.name for s in SWEEPS) + ", or all")

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 import torch
 
 from fuser.errors import DefinitionError, DefinitionTypeError, nvfuser_style
-from fuser.ir import DataType, Fusion, IterDomain, IterType, TensorDomain, TensorView
+from fuser.ir import DataType, Fusion, IterDomain, IterType, ParallelType, TensorDomain, TensorView
 from fuser.ir import Scalar as IrScalar
 from fuser.ir.dtype import from_torch, python_scalar_dtype
 
@@ -119,6 +119,11 @@ class FusionDefinition:
             self._finalize_definition()
 
     # --- states -----------------------------------------------------------------------------
+    @property
+    def sched(self) -> "Schedule":
+        """nvFuser's `fd.sched`: user scheduling calls (only stream parallelism so far)."""
+        return Schedule(self)
+
     def _check_open(self, what: str) -> None:
         if not self._open:
             raise RuntimeError(f"{what}: the fusion definition is closed; define ops inside its `with` block")
@@ -508,7 +513,7 @@ class FusionDefinition:
                 self._debug_output = captured.getvalue()
 
     def _run(self, inputs: list[Any], device: Any, profile: bool) -> list[Any]:
-        from fuser.runtime.executor import run, segmented_runner
+        from fuser.host.executor import run, segmented_runner
 
         if self._segments:
             return self._execute_segments(inputs, device=device)
@@ -585,7 +590,7 @@ class FusionDefinition:
         return _with_header([k.source for k in kernels], intrinsic_code)
 
     def last_segments(self) -> list:
-        """How each segment of the last `execute` ran: fuser.runtime.segmented.SegmentRun
+        """How each segment of the last `execute` ran: fuser.host.evaluator.SegmentRun
         (scheduler, whether it generates kernels, whether it ran its kernel or fell back)."""
         self._ensure_defined()
         runner = self._entry.last_runner
@@ -616,7 +621,7 @@ class FusionDefinition:
 
     def _kernels_for(self, inputs: Sequence[Any], what: str) -> list:
         from fuser.runtime.kernels import generates_kernel, prepare_kernel
-        from fuser.runtime.segmented import example_args
+        from fuser.host.lower import example_args
 
         inputs = _flatten_inputs(inputs)
         seg = self.segmented_fusion_for(inputs)
@@ -632,7 +637,7 @@ class FusionDefinition:
         """How `execute(inputs)` cuts this fusion into kernels (segmenting on first sight of
         this input signature, as execute would)."""
         self._ensure_defined()
-        from fuser.runtime.executor import segmented_runner
+        from fuser.host.executor import segmented_runner
 
         return segmented_runner(self._entry, _flatten_inputs(inputs)).seg
 
@@ -644,7 +649,7 @@ class FusionDefinition:
         definition get indices past its last one)."""
         from .translate import definition_from_fusion
 
-        from fuser.runtime.executor import segmented_runner
+        from fuser.host.executor import segmented_runner
 
         self._ensure_defined()
         runner = segmented_runner(self._entry, _flatten_inputs(inputs))
@@ -657,16 +662,12 @@ class FusionDefinition:
             return []
         index = {id(v): k for k, v in enumerate(self._state_vals) if v is not None and not isinstance(v, list)}
         extra: dict[int, int] = {}  # id(Val) -> index past the definition's states
-        #: original index -> scalar a segment reads that no segment produces (extents, size())
-        self._extra_state_vals: dict[int, Any] = {}
 
         def original_index(v: Any) -> int:
             v = to_original(v)
             k = index.get(id(v))
             if k is None:
                 k = extra.setdefault(id(v), len(self._state_vals) + len(extra))
-            if isinstance(v, IrScalar) and not v.is_fusion_input:
-                self._extra_state_vals[k] = v  # a scalar no segment outputs: evaluated per call
             return k
 
         segments = []
@@ -678,40 +679,62 @@ class FusionDefinition:
             self.segment_index_space_maps[sfd] = mapping
             segments.append(sfd)
         self._segments = segments
+        self._segment_program = segments_program(seg, segments)
         return list(segments)
 
     def _execute_segments(self, inputs: Sequence[Any], *, device: Any = None) -> list[torch.Tensor]:
-        """Run the segments `segment()` made, in order, passing values by this definition's
-        state indices and dropping each intermediate after the last segment reading it."""
+        """Run the segments `segment()` made, in order: a host program with one
+        PostOnStream per segment definition (each executed as that definition is)."""
+        from fuser.host.evaluator import HostIrEvaluator
         from fuser.runtime.binding import bind_inputs
-        from fuser.runtime.reference import ReferenceExecutor
-        from fuser.runtime.segmented import _as_declared
 
-        values: dict[int, Any] = dict(zip(self.inputs(), inputs))
-        user_inputs = set(self.inputs())
-        maps = [self.segment_index_space_maps[s] for s in self._segments]
-        if self._extra_state_vals:
-            # scalars a segment needs that are no state here, e.g. an extent of an input
-            # the segment does not read: evaluated from this call's inputs
-            binding = bind_inputs(self._fusion, inputs)
-            ev = ReferenceExecutor(self._fusion, binding.device)
-            ev.bind(binding)
-            for k, v in self._extra_state_vals.items():
-                values[k] = ev.value(v)
-        last: dict[int, int] = {}
-        for n, (s, m) in enumerate(zip(self._segments, maps)):
-            for i in s.inputs():
-                last[m[i]] = n
-        keep = set(self.outputs()) | set(self.inputs())
-        for n, (s, m) in enumerate(zip(self._segments, maps)):
-            # intermediates laid out as the segment declares them (dense, or stride 0 where expanded)
-            args = [values[m[i]] if m[i] in user_inputs else _as_declared(values[m[i]], v)
-                    for i, v in zip(s.inputs(), s.fusion.inputs)]
-            outs = s.execute(args, device=device)
-            values.update((m[o], x) for o, x in zip(s.outputs(), outs))
-            for k in [k for k, at in last.items() if at == n and k not in keep]:
-                values.pop(k, None)
-        return [values[o] for o in self.outputs()]
+        program = self._segment_program
+        binding = bind_inputs(program.fusion, inputs, device=torch.device(device) if device is not None else None)
+        return HostIrEvaluator(program, binding).run(inputs)
+
+
+class Schedule:
+    """`fd.sched`: scheduling calls recorded in the definition (part of its cache key)."""
+
+    def __init__(self, fd: "FusionDefinition") -> None:
+        self._fd = fd
+
+    def parallelize(self, tensor: Tensor, axis: int, parallel_type: ParallelType) -> None:
+        """Parallelise `tensor`'s logical axis `axis`. Only `ParallelType.stream` is a user
+        choice (seed 004): the fusion runs a host loop over that axis, each iteration on a
+        worker stream; the kernel schedulers choose every other parallelisation."""
+        fd = self._fd
+        fd._own(tensor, "fd.sched.parallelize")
+        if not isinstance(parallel_type, ParallelType) or parallel_type is not ParallelType.Stream:
+            raise DefinitionTypeError(
+                f"fd.sched.parallelize: parallel_type={parallel_type!r}: only ParallelType.stream is set by the "
+                "user; the kernel schedulers parallelise everything else")
+        ids = tensor.val.logical_no_reductions()
+        if not isinstance(axis, int) or not -len(ids) <= axis < len(ids):
+            raise DefinitionError(f"fd.sched.parallelize: axis={axis!r} is out of range for a tensor of {len(ids)} dims")
+        axis %= len(ids)
+        if ids[axis].is_broadcast:
+            raise DefinitionError(f"fd.sched.parallelize: axis {axis} of {tensor!r} is a broadcast; a stream loop "
+                                  "needs an iterated axis")
+        ids[axis].parallel_type = ParallelType.Stream
+        fd._record("sched.parallelize", (tensor, axis, ParallelType.Stream), (), ())
+
+
+def segments_program(seg: Any, segments: Sequence["FusionDefinition"]) -> Any:
+    """The host program running `seg`'s groups as the definitions `segments` (in order):
+    each a PostOnStream of its definition's fusion, through its own executor cache."""
+    from fuser.host.ir import HostIrContainer, HostUnit, PostOnStream
+    from fuser.host.lower import insert_deallocations
+
+    fusion = seg.complete_fusion
+    units, exprs = [], []
+    for k, (g, sfd) in enumerate(zip(seg.groups, segments)):
+        unit = HostUnit(k, g, sfd._entry.fusion, str(g.scheduler.value))
+        unit.cache["entry"] = sfd._entry
+        units.append(unit)
+        exprs.append(PostOnStream(unit, tuple(g.inputs), tuple(g.outputs)))
+    return insert_deallocations(HostIrContainer(fusion, tuple(fusion.inputs), tuple(fusion.outputs), tuple(exprs),
+                                                tuple(units)))
 
 
 def _scheduled_ir(fusion: Fusion, tensor_transforms: bool) -> str:

@@ -161,6 +161,10 @@ class Tensor(_State):
     def shape(self) -> "Vector":
         return self.fd.ops.shape(self)
 
+    def axis(self, dim: int) -> "Axis":
+        """The tensor's logical axis `dim` (nvFuser's `tv.axis(i)`), to parallelise."""
+        return Axis(self, dim)
+
     def size(self, dim: int) -> "Scalar":
         return self.fd.ops.size(self, dim)
 
@@ -205,3 +209,18 @@ class Vector(_State):
 
     def __getitem__(self, i: int) -> "Scalar":
         return self.fd.ops.at(self, i)
+
+
+class Axis:
+    """One logical axis of a definition's tensor: `t.axis(0).parallelize(ParallelType.stream)`."""
+
+    def __init__(self, tensor: Tensor, dim: int) -> None:
+        self.tensor = tensor
+        self.dim = dim
+
+    def parallelize(self, parallel_type: Any) -> None:
+        """Parallelise this axis (recorded as `fd.sched.parallelize`)."""
+        self.tensor.fd.sched.parallelize(self.tensor, self.dim, parallel_type)
+
+    def __repr__(self) -> str:
+        return f"Axis({self.tensor!r}, {self.dim})"

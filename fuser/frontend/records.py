@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from fuser.ir import DataType
+from fuser.ir import DataType, ParallelType
 
 
 @dataclass(frozen=True)
@@ -77,6 +77,8 @@ def format_value(v: Any, inline: Mapping[int, Record] | None = None) -> str:
         return rec.inline_text(inline) if rec is not None else str(v)
     if isinstance(v, DataType):
         return f"DataType.{v.name}"
+    if isinstance(v, ParallelType):
+        return f"ParallelType.{v.name}"
     if isinstance(v, bool) or v is None:
         return str(v)
     if isinstance(v, float):

@@ -23,7 +23,7 @@ translating a translated definition's fusion prints the same definition again.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 from fuser.ir import (
     AtenOp,
@@ -60,6 +60,7 @@ from fuser.ir import (
     WelfordOp,
 )
 from fuser.ir import Scalar as IrScalar
+from fuser.ir.dispatch import ExprDispatcher
 
 from .fusion_definition import FusionDefinition
 from .handles import Scalar, Tensor, Vector, _State
@@ -81,6 +82,9 @@ def definition_from_fusion(fusion: Fusion) -> tuple[FusionDefinition, list[Val |
     return fd, translator.state_map()
 
 
+#: the expressions that may compute a scalar (constants' arithmetic, extent arithmetic)
+_SCALAR_EXPRS = (UnaryOp, BinaryOp, TernaryOp)
+
 _REDUCTION_NAMES = {
     BinaryOpType.Add: "sum",
     BinaryOpType.Mul: "prod",
@@ -89,8 +93,10 @@ _REDUCTION_NAMES = {
 }
 
 
-class _Translator:
+class _Translator(ExprDispatcher):
     """Re-issues the IR of `fusion` as calls on the open FusionDefinition `fd`."""
+
+    dispatch_error = TranslationError
 
     def __init__(self, fusion: Fusion, fd: FusionDefinition) -> None:
         self.fusion = fusion
@@ -123,10 +129,7 @@ class _Translator:
                 continue  # scalar arithmetic: defined where an op first needs it
             if all(o in self.handles for o in e.outputs):
                 continue
-            handler = _HANDLERS.get(type(e))
-            if handler is None:
-                raise TranslationError(f"no FusionDefinition op for {type(e).__name__}: {e!r}")
-            handler(self, e)
+            self.dispatch(e)
         for v in self.fusion.outputs:
             h = self.operand(v)
             alias = self.fusion.output_aliases.get(v)
@@ -183,10 +186,9 @@ class _Translator:
                 f"the scalar {v!r} is neither a constant, an input, an input tensor's extent, nor computed "
                 "from those, so the definition cannot compute it"
             )
-        handler = _SCALAR_HANDLERS.get(type(d))
-        if handler is None:
+        if type(d) not in _SCALAR_EXPRS:
             raise TranslationError(f"no FusionDefinition op computes the scalar {v!r} ({type(d).__name__})")
-        handler(self, d)
+        self.dispatch(d)
         return self.handles[v]  # type: ignore[return-value]
 
     def vector(self, scalars: Sequence[IrScalar]) -> Vector:
@@ -255,250 +257,180 @@ class _Translator:
         q = self.ops.ceil(q) if ceil else self.ops.trunc(q)
         return self.ops.cast(q, dtype=e.output.dtype)
 
+    # --- expressions (fuser.ir.dispatch): each re-issued as fd.ops calls bound to its outputs
+    def handle_unary(self, e: UnaryOp) -> None:
+        x = self.operand(e.input)
+        if e.op_type is UnaryOpType.Cast:
+            h = self.ops.cast(x, dtype=e.output.dtype)
+        else:
+            h = getattr(self.ops, e.op_type.value)(x)
+        self.bind(e.output, h)
 
-# --- per-expression translations ----------------------------------------------------------
+    def handle_binary(self, e: BinaryOp) -> None:
+        op = e.op_type
+        if op is BinaryOpType.CeilDiv:
+            self.bind(e.output, self.int_div(e, ceil=True))
+            return
+        a = self.operand(e.inputs[0])
+        b = self.operand(e.inputs[1])
+        name = op.value
+        if op is BinaryOpType.Div and not e.output.dtype.is_integral and all(
+            v.dtype.is_integral or v.dtype.is_boolean for v in e.inputs
+        ):
+            name = "truediv"  # integers divided into a float: `div` would truncate
+        self.bind(e.output, getattr(self.ops, name)(a, b))
 
+    def handle_ternary(self, e: TernaryOp) -> None:
+        args = [self.operand(v) for v in e.inputs]
+        self.bind(e.output, getattr(self.ops, e.op_type.value)(*args))
 
-def _unary(tr: _Translator, e: UnaryOp) -> None:
-    x = tr.operand(e.input)
-    if e.op_type is UnaryOpType.Cast:
-        h = tr.ops.cast(x, dtype=e.output.dtype)
-    else:
-        h = getattr(tr.ops, e.op_type.value)(x)
-    tr.bind(e.output, h)
+    def handle_reduction(self, e: ReductionOp) -> None:
+        name = _REDUCTION_NAMES.get(e.op_type)
+        if name is None:
+            raise TranslationError(f"no FusionDefinition reduction for {e.op_type}")
+        x = self.tensor(e.input)
+        out = e.output
+        self.bind(out, getattr(self.ops, name)(x, dims=_reduction_dims(out), keepdim=False, dtype=out.dtype))
 
+    def handle_welford(self, e: WelfordOp) -> None:
+        x = self.tensor(e.input)
+        outs = self.ops.welford(x, dims=_reduction_dims(e.outputs[0]))
+        for v, h in zip(e.outputs, outs):
+            self.bind(v, h)
 
-def _binary(tr: _Translator, e: BinaryOp) -> None:
-    op = e.op_type
-    if op is BinaryOpType.CeilDiv:
-        tr.bind(e.output, tr.int_div(e, ceil=True))
-        return
-    a = tr.operand(e.inputs[0])
-    b = tr.operand(e.inputs[1])
-    name = op.value
-    if op is BinaryOpType.Div and not e.output.dtype.is_integral and all(
-        v.dtype.is_integral or v.dtype.is_boolean for v in e.inputs
-    ):
-        name = "truediv"  # integers divided into a float: `div` would truncate
-    tr.bind(e.output, getattr(tr.ops, name)(a, b))
+    def handle_scan(self, e: ScanOp) -> None:
+        if e.op_type is not BinaryOpType.Add:
+            raise TranslationError(f"no FusionDefinition scan for {e.op_type}")
+        self.bind(e.output, self.ops.cumsum(self.tensor(e.input), dim=e.dim))
 
+    def handle_broadcast(self, e: BroadcastOp) -> None:
+        self.bind(e.output, self.ops.broadcast(self.tensor(e.input), is_broadcast_dim=list(e.flags)))
 
-def _ternary(tr: _Translator, e: TernaryOp) -> None:
-    args = [tr.operand(v) for v in e.inputs]
-    tr.bind(e.output, getattr(tr.ops, e.op_type.value)(*args))
+    def handle_squeeze(self, e: SqueezeOp) -> None:
+        ids = e.input.logical_no_reductions()
+        dims = [k for k, f in enumerate(e.flags) if f]
+        expanded = any(ids[k].has_expanded_extent for k in dims)
+        self.bind(e.output, self.ops.squeeze(self.tensor(e.input), dims=dims, squeeze_expanded=expanded))
+
+    def handle_expand(self, e: ExpandOp) -> None:
+        x = self.tensor(e.input)
+        # the ExpandOp's extents: the target of each axis (an axis kept as is has its own extent)
+        shape = self.vector(e.inputs[1:])
+        self.bind(e.output, self.ops.expand(x, shape=shape))
+
+    def handle_reshape(self, e: ReshapeOp) -> None:
+        x = self.tensor(e.input)
+        shape = self.vector([i.user_extent for i in e.output.logical_no_reductions()])
+        self.bind(e.output, self.ops.reshape(x, new_shape=shape))
+
+    def handle_slice(self, e: SliceOp) -> None:
+        x = self.tensor(e.input)
+        starts, stops, steps = [], [], []
+        for start, stop, step in e.ranges:
+            # slice stores max(stop, start) as the stop; the op computes that again
+            d = stop.definition
+            if isinstance(d, BinaryOp) and d.op_type is BinaryOpType.Max and d.inputs[1] is start:
+                stop = d.inputs[0]
+            starts.append(start)
+            stops.append(stop)
+            steps.append(step)
+        vs = self.vector(starts)
+        ve = self.vector(stops)
+        kwargs: dict[str, Any] = {}
+        if not all(s.is_const and s.value == 1 for s in steps):
+            kwargs["strides"] = self.vector(steps)
+        self.bind(e.output, self.ops.slice(x, start_indices=vs, end_indices=ve, manual_normalization=True, **kwargs))
+
+    def handle_pad(self, e: PadOp) -> None:
+        x = self.tensor(e.input)
+        pairs = list(e.pad_widths)
+        first = 0  # leading axes without padding need no entry
+        while first < len(pairs) and all(s.is_const and s.value == 0 for s in pairs[first]):
+            first += 1
+        widths = []
+        for left, right in reversed(pairs[first:]):
+            widths += [left, right]
+        vec = self.vector(widths)
+        value = self.scalar(e.inputs[1])
+        self.bind(e.output, self.ops.pad(x, vec, value=value))
+
+    def handle_cat(self, e: CatOp) -> None:
+        self.bind(e.output, self.ops.cat([self.tensor(v) for v in e.inputs], dim=e.dim))
+
+    def handle_load_store(self, e: LoadStoreOp) -> None:
+        x = self.tensor(e.input)
+        out = e.output
+        dom = out.domain
+        if e.op_type is LoadStoreOpType.SegmenterSet:
+            h = self.ops.segment_set(x)
+        elif dom.root is not None and dom.allocation is not None:
+            raise TranslationError(f"{out!r} is both permuted and laid out in another order; no single op does that")
+        elif dom.root is not None:
+            h = self.ops.permute(x, dims=[dom.root.index(i) for i in dom.logical])
+        elif dom.allocation is not None:
+            alloc = [i for i in dom.allocation if not i.is_reduction]
+            n = len(alloc)
+            h = self.ops.stride_order(x, stride_order=[n - 1 - alloc.index(i) for i in out.logical_no_reductions()])
+        else:
+            h = self.ops.set(x)
+        self.bind(out, h)
+
+    def handle_full(self, e: FullOp) -> None:
+        shape = self.vector(e.inputs[:-1])
+        fill = self.scalar(e.inputs[-1])
+        self.bind(e.output, self.ops.full(shape=shape, fill_value=fill, dtype=e.output.dtype))
+
+    def handle_iota(self, e: IotaOp) -> None:
+        length, start, step = (self.scalar(v) for v in e.inputs)
+        self.bind(e.output, self.ops.iota(length, start, step, dtype=e.output.dtype))
+
+    def handle_rng(self, e: RNGOp) -> None:
+        n = len(e.output.logical)
+        p1, p2 = self.scalar(e.inputs[n]), self.scalar(e.inputs[n + 1])
+        shape = self.vector(e.inputs[:n])
+        seed = offset = None
+        if e.has_seed:
+            seed, offset = self.scalar(e.inputs[n + 2]), self.scalar(e.inputs[n + 3])
+        name = "uniform" if e.rng_type is RNGOpType.Uniform else "normal"
+        h = getattr(self.ops, name)(p1, p2, shape=shape, rng_seed=seed, rng_offset=offset, dtype=e.output.dtype)
+        self.bind(e.output, h)
+
+    def handle_select(self, e: SelectOp) -> None:
+        x, index = self.tensor(e.inputs[0]), self.scalar(e.inputs[1])
+        self.bind(e.output, self.ops.select(x, index, dim=e.dim))
+
+    def handle_index_select(self, e: IndexSelectOp) -> None:
+        x, index = self.tensor(e.inputs[0]), self.tensor(e.inputs[1])
+        self.bind(e.output, self.ops.index_select(x, index, dim=e.dim))
+
+    def handle_gather(self, e: GatherOp) -> None:
+        x, index = self.tensor(e.inputs[0]), self.tensor(e.inputs[1])
+        op = self.ops.take_along_axis if e.exact_sizes else self.ops.gather
+        self.bind(e.output, op(x, index, dim=e.dim))
+
+    def handle_scatter(self, e: ScatterOp) -> None:
+        x, index, src = (self.tensor(v) for v in e.inputs)
+        self.bind(e.output, self.ops.scatter(x, index, src, dim=e.dim))
+
+    def handle_matmul(self, e: MatmulOp) -> None:
+        a, b = (self.tensor(v) for v in e.inputs)
+        self.bind(e.output, self.ops.matmul(a, b))
+
+    def handle_linear(self, e: LinearOp) -> None:
+        x, w = self.tensor(e.inputs[0]), self.tensor(e.inputs[1])
+        bias = self.tensor(e.inputs[2]) if len(e.inputs) > 2 else None
+        self.bind(e.output, self.ops.linear(x, w, bias=bias))
+
+    def handle_aten(self, e: AtenOp) -> None:
+        kwargs = dict(e.params)
+        kwargs.update((name, self.operand(v)) for name, v in zip(e.arg_names, e.inputs))
+        result = getattr(self.ops, e.name)(**kwargs)
+        for v, h in zip(e.outputs, result if isinstance(result, tuple) else (result,)):
+            self.bind(v, h)
 
 
 def _reduction_dims(tv: TensorView) -> list[int]:
     return [k for k, i in enumerate(tv.logical) if i.is_reduction]
 
-
-def _reduction(tr: _Translator, e: ReductionOp) -> None:
-    name = _REDUCTION_NAMES.get(e.op_type)
-    if name is None:
-        raise TranslationError(f"no FusionDefinition reduction for {e.op_type}")
-    x = tr.tensor(e.input)
-    out = e.output
-    tr.bind(out, getattr(tr.ops, name)(x, dims=_reduction_dims(out), keepdim=False, dtype=out.dtype))
-
-
-def _welford(tr: _Translator, e: WelfordOp) -> None:
-    x = tr.tensor(e.input)
-    outs = tr.ops.welford(x, dims=_reduction_dims(e.outputs[0]))
-    for v, h in zip(e.outputs, outs):
-        tr.bind(v, h)
-
-
-def _scan(tr: _Translator, e: ScanOp) -> None:
-    if e.op_type is not BinaryOpType.Add:
-        raise TranslationError(f"no FusionDefinition scan for {e.op_type}")
-    tr.bind(e.output, tr.ops.cumsum(tr.tensor(e.input), dim=e.dim))
-
-
-def _broadcast(tr: _Translator, e: BroadcastOp) -> None:
-    tr.bind(e.output, tr.ops.broadcast(tr.tensor(e.input), is_broadcast_dim=list(e.flags)))
-
-
-def _squeeze(tr: _Translator, e: SqueezeOp) -> None:
-    ids = e.input.logical_no_reductions()
-    dims = [k for k, f in enumerate(e.flags) if f]
-    expanded = any(ids[k].has_expanded_extent for k in dims)
-    tr.bind(e.output, tr.ops.squeeze(tr.tensor(e.input), dims=dims, squeeze_expanded=expanded))
-
-
-def _expand(tr: _Translator, e: ExpandOp) -> None:
-    x = tr.tensor(e.input)
-    # the ExpandOp's extents: the target of each axis (an axis kept as is has its own extent)
-    shape = tr.vector(e.inputs[1:])
-    tr.bind(e.output, tr.ops.expand(x, shape=shape))
-
-
-def _reshape(tr: _Translator, e: ReshapeOp) -> None:
-    x = tr.tensor(e.input)
-    shape = tr.vector([i.user_extent for i in e.output.logical_no_reductions()])
-    tr.bind(e.output, tr.ops.reshape(x, new_shape=shape))
-
-
-def _slice(tr: _Translator, e: SliceOp) -> None:
-    x = tr.tensor(e.input)
-    starts, stops, steps = [], [], []
-    for start, stop, step in e.ranges:
-        # slice stores max(stop, start) as the stop; the op computes that again
-        d = stop.definition
-        if isinstance(d, BinaryOp) and d.op_type is BinaryOpType.Max and d.inputs[1] is start:
-            stop = d.inputs[0]
-        starts.append(start)
-        stops.append(stop)
-        steps.append(step)
-    vs = tr.vector(starts)
-    ve = tr.vector(stops)
-    kwargs: dict[str, Any] = {}
-    if not all(s.is_const and s.value == 1 for s in steps):
-        kwargs["strides"] = tr.vector(steps)
-    tr.bind(e.output, tr.ops.slice(x, start_indices=vs, end_indices=ve, manual_normalization=True, **kwargs))
-
-
-def _pad(tr: _Translator, e: PadOp) -> None:
-    x = tr.tensor(e.input)
-    pairs = list(e.pad_widths)
-    first = 0  # leading axes without padding need no entry
-    while first < len(pairs) and all(s.is_const and s.value == 0 for s in pairs[first]):
-        first += 1
-    widths = []
-    for left, right in reversed(pairs[first:]):
-        widths += [left, right]
-    vec = tr.vector(widths)
-    value = tr.scalar(e.inputs[1])
-    tr.bind(e.output, tr.ops.pad(x, vec, value=value))
-
-
-def _cat(tr: _Translator, e: CatOp) -> None:
-    tr.bind(e.output, tr.ops.cat([tr.tensor(v) for v in e.inputs], dim=e.dim))
-
-
-def _load_store(tr: _Translator, e: LoadStoreOp) -> None:
-    x = tr.tensor(e.input)
-    out = e.output
-    dom = out.domain
-    if e.op_type is LoadStoreOpType.SegmenterSet:
-        h = tr.ops.segment_set(x)
-    elif dom.root is not None and dom.allocation is not None:
-        raise TranslationError(f"{out!r} is both permuted and laid out in another order; no single op does that")
-    elif dom.root is not None:
-        h = tr.ops.permute(x, dims=[dom.root.index(i) for i in dom.logical])
-    elif dom.allocation is not None:
-        alloc = [i for i in dom.allocation if not i.is_reduction]
-        n = len(alloc)
-        h = tr.ops.stride_order(x, stride_order=[n - 1 - alloc.index(i) for i in out.logical_no_reductions()])
-    else:
-        h = tr.ops.set(x)
-    tr.bind(out, h)
-
-
-def _full(tr: _Translator, e: FullOp) -> None:
-    shape = tr.vector(e.inputs[:-1])
-    fill = tr.scalar(e.inputs[-1])
-    tr.bind(e.output, tr.ops.full(shape=shape, fill_value=fill, dtype=e.output.dtype))
-
-
-def _iota(tr: _Translator, e: IotaOp) -> None:
-    length, start, step = (tr.scalar(v) for v in e.inputs)
-    tr.bind(e.output, tr.ops.iota(length, start, step, dtype=e.output.dtype))
-
-
-def _rng(tr: _Translator, e: RNGOp) -> None:
-    n = len(e.output.logical)
-    p1, p2 = tr.scalar(e.inputs[n]), tr.scalar(e.inputs[n + 1])
-    shape = tr.vector(e.inputs[:n])
-    seed = offset = None
-    if e.has_seed:
-        seed, offset = tr.scalar(e.inputs[n + 2]), tr.scalar(e.inputs[n + 3])
-    name = "uniform" if e.rng_type is RNGOpType.Uniform else "normal"
-    h = getattr(tr.ops, name)(p1, p2, shape=shape, rng_seed=seed, rng_offset=offset, dtype=e.output.dtype)
-    tr.bind(e.output, h)
-
-
-def _select(tr: _Translator, e: SelectOp) -> None:
-    x, index = tr.tensor(e.inputs[0]), tr.scalar(e.inputs[1])
-    tr.bind(e.output, tr.ops.select(x, index, dim=e.dim))
-
-
-def _index_select(tr: _Translator, e: IndexSelectOp) -> None:
-    x, index = tr.tensor(e.inputs[0]), tr.tensor(e.inputs[1])
-    tr.bind(e.output, tr.ops.index_select(x, index, dim=e.dim))
-
-
-def _gather(tr: _Translator, e: GatherOp) -> None:
-    x, index = tr.tensor(e.inputs[0]), tr.tensor(e.inputs[1])
-    op = tr.ops.take_along_axis if e.exact_sizes else tr.ops.gather
-    tr.bind(e.output, op(x, index, dim=e.dim))
-
-
-def _scatter(tr: _Translator, e: ScatterOp) -> None:
-    x, index, src = (tr.tensor(v) for v in e.inputs)
-    tr.bind(e.output, tr.ops.scatter(x, index, src, dim=e.dim))
-
-
-def _matmul(tr: _Translator, e: MatmulOp) -> None:
-    a, b = (tr.tensor(v) for v in e.inputs)
-    tr.bind(e.output, tr.ops.matmul(a, b))
-
-
-def _linear(tr: _Translator, e: LinearOp) -> None:
-    x, w = tr.tensor(e.inputs[0]), tr.tensor(e.inputs[1])
-    bias = tr.tensor(e.inputs[2]) if len(e.inputs) > 2 else None
-    tr.bind(e.output, tr.ops.linear(x, w, bias=bias))
-
-
-def _aten(tr: _Translator, e: AtenOp) -> None:
-    kwargs = dict(e.params)
-    kwargs.update((name, tr.operand(v)) for name, v in zip(e.arg_names, e.inputs))
-    result = getattr(tr.ops, e.name)(**kwargs)
-    for v, h in zip(e.outputs, result if isinstance(result, tuple) else (result,)):
-        tr.bind(v, h)
-
-
-_HANDLERS: dict[type, Callable[[_Translator, Any], None]] = {
-    UnaryOp: _unary,
-    BinaryOp: _binary,
-    TernaryOp: _ternary,
-    ReductionOp: _reduction,
-    WelfordOp: _welford,
-    ScanOp: _scan,
-    BroadcastOp: _broadcast,
-    SqueezeOp: _squeeze,
-    ExpandOp: _expand,
-    ReshapeOp: _reshape,
-    SliceOp: _slice,
-    PadOp: _pad,
-    CatOp: _cat,
-    LoadStoreOp: _load_store,
-    FullOp: _full,
-    IotaOp: _iota,
-    RNGOp: _rng,
-    SelectOp: _select,
-    IndexSelectOp: _index_select,
-    GatherOp: _gather,
-    ScatterOp: _scatter,
-    MatmulOp: _matmul,
-    LinearOp: _linear,
-    AtenOp: _aten,
-}
-
-# scalar-valued expressions (constants' arithmetic, extent arithmetic)
-_SCALAR_HANDLERS: dict[type, Callable[[_Translator, Any], None]] = {
-    UnaryOp: _unary,
-    BinaryOp: _binary,
-    TernaryOp: _ternary,
-}
-
-
-def _check_complete() -> None:
-    from fuser.ir import TENSOR_EXPR_CLASSES
-
-    missing = [c.__name__ for c in TENSOR_EXPR_CLASSES if c not in _HANDLERS]
-    assert not missing, f"translate.py has no translation for {missing}"
-
-
-_check_complete()
 
 __all__ = ["definition_from_fusion", "TranslationError"]

@@ -29,7 +29,9 @@ class ParallelType(enum.Enum):
     Vectorize = "V"
     Unroll = "UR"
     Unswitch = "US"
-    Stream = "Stream"
+    Stream = "StreamIdx"
+    #: nvFuser's Python spelling (`ParallelType.stream`)
+    stream = "StreamIdx"
 
     @property
     def is_block(self) -> bool:

@@ -142,10 +142,9 @@ class GeneratedKernel:
     def load(self) -> None:
         """Compile (or fetch from the kernel cache) and load the kernel on its device."""
         from fuser.codegen.ops import runtime_headers
-
-        from .kernel_cache import get_cubin
-        from .launch import CompiledKernel
-        from .nvrtc import device_arch
+        from fuser.driver.kernel_cache import get_cubin
+        from fuser.driver.launch import CompiledKernel
+        from fuser.driver.nvrtc import device_arch
 
         arch = device_arch(self.info.device)
 
@@ -191,6 +190,17 @@ class GeneratedKernel:
             t = torch.empty_strided(stored, strides, dtype=dtype, device=device)
             outs.append(t if user is None else t.expand(user))
         return outs
+
+    def can_write_into(self, outs: Sequence[Any]) -> bool:
+        """Whether `outs` are laid out as `allocate_outputs` lays them out (the kernel
+        writes such buffers as it writes its own)."""
+        if len(outs) != len(self._alloc):
+            return False
+        for o, (stored, strides, dtype, device, user) in zip(outs, self._alloc):
+            if (not isinstance(o, torch.Tensor) or user is not None or o.dtype != dtype or o.device != device
+                    or tuple(o.shape) != tuple(stored) or tuple(o.stride()) != tuple(strides)):
+                return False
+        return True
 
     @property
     def draws_random(self) -> bool:

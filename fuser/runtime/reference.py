@@ -50,6 +50,7 @@ from fuser.ir import (
     Val,
     WelfordOp,
 )
+from fuser.ir.dispatch import ExprDispatcher
 
 from . import philox
 from .binding import Binding, bind_inputs
@@ -200,8 +201,10 @@ _BINARY: dict[BinaryOpType, Callable[[Any, Any], torch.Tensor]] = {
 }
 
 
-class ReferenceExecutor:
+class ReferenceExecutor(ExprDispatcher):
     """Evaluates one Fusion on concrete inputs; values live in `env` keyed by IR Val."""
+
+    dispatch_error = EvaluationError
 
     def __init__(self, fusion: Fusion, device: torch.device, philox_state: tuple[int, int] | None = None) -> None:
         self.fusion = fusion
@@ -256,9 +259,7 @@ class ReferenceExecutor:
         return [self.value(v) for v in self.fusion.outputs]
 
     def run_expr(self, e: Expr) -> None:
-        handler = _HANDLERS.get(type(e))
-        if handler is None:
-            raise EvaluationError(f"the reference executor cannot evaluate {type(e).__name__}")
+        handler = self.handler_for(e)
         args = [self.value(v) for v in e.inputs]
         if all(isinstance(v, Scalar) for v in e.outputs) and not any(isinstance(v, TensorView) for v in e.inputs):
             # scalar arithmetic goes through the same tensor code on 0-dim tensors
@@ -271,8 +272,250 @@ class ReferenceExecutor:
         for v, o in zip(e.outputs, outs):
             self.env[v] = o
 
+    def evaluate(self, e: Expr, args: list) -> list:
+        """`e`'s outputs for the input values `args` (which may be other than its own
+        inputs' values: a stream loop's slices), without binding them."""
+        return self.handler_for(e)(self, e, args)
+
+    # --- expressions (fuser.ir.dispatch): the expr and its inputs' values -> its outputs' values
+    def handle_unary(self, e: UnaryOp, args: list) -> list:
+        (x,) = args
+        out = e.output.dtype
+        if e.op_type is UnaryOpType.Cast:
+            return [_to(x, out)]
+        x = _compute(x)
+        if out.is_floating and not (x.dtype.is_floating_point or x.dtype.is_complex):
+            x = x.to(torch.float32 if out.is_reduced_float else out.torch)
+        return [_to(_UNARY[e.op_type](x), out)]
+
+    def handle_binary(self, e: BinaryOp, args: list) -> list:
+        a, b = args
+        out = e.output.dtype
+        if e.op_type is BinaryOpType.Nextafter:  # the next representable value of the actual type
+            return [_to(_BINARY[e.op_type](*_as_tensors(a, b)), out)]
+        a, b = _compute(a), _compute(b)
+        if isinstance(a, torch.Tensor) != isinstance(b, torch.Tensor):
+            # a Python number beside a tensor: many torch functions take it only second
+            a, b = _as_tensors(a, b)
+        if e.op_type is BinaryOpType.Div and (out.is_integral or out.is_boolean):
+            # nvFuser's integer div (`div`, extent arithmetic): C's truncation toward zero
+            return [_to(torch.div(a, b, rounding_mode="trunc"), out)]
+        if e.op_type is BinaryOpType.Div and out.is_floating and not out.is_reduced_float:
+            a, b = _as_float(a, out), _as_float(b, out)
+        return [_to(_BINARY[e.op_type](a, b), out)]
+
+    def handle_ternary(self, e: TernaryOp, args: list) -> list:
+        out = e.output.dtype
+        a, b, c = (_compute(x) for x in args)
+        ref = next(x for x in (a, b, c) if isinstance(x, torch.Tensor))
+        if e.op_type is TernaryOpType.Where:
+            cdt = torch.float32 if out.is_reduced_float else out.torch
+            b = b.to(cdt) if isinstance(b, torch.Tensor) else _filled(b, ref.device, cdt)
+            c = c.to(cdt) if isinstance(c, torch.Tensor) else _filled(c, ref.device, cdt)
+            r = torch.where(a, b, c)
+        elif e.op_type is TernaryOpType.Lerp:
+            cdt = torch.float32 if out.is_reduced_float else out.torch
+            a, b = (torch.as_tensor(x, device=ref.device).to(cdt) for x in (a, b))
+            a, b = torch.broadcast_tensors(a, b)
+            w = c.to(cdt) if isinstance(c, torch.Tensor) else c
+            r = torch.lerp(a, b, w)
+        elif e.op_type is TernaryOpType.Clamp:
+            cdt = torch.float32 if out.is_reduced_float else out.torch
+            a, b, c = (torch.as_tensor(x, device=ref.device).to(cdt) for x in (a, b, c))
+            r = torch.minimum(torch.maximum(a, b), c)
+            r = torch.where(torch.isnan(a), a, r) if r.dtype.is_floating_point else r
+        else:  # threshold: x if x > threshold else value
+            r = torch.where(a > b, a, torch.as_tensor(c, device=ref.device).to(a.dtype))
+        return [_to(r, out)]
+
+    def handle_reduction(self, e: ReductionOp, args: list) -> list:
+        (x,) = args
+        out = e.output.dtype
+        dims = _reduced_dims(e.output)
+        if not dims:
+            return [x.to(out.torch).clone()]
+        acc = _acc_dtype(out)
+        if e.op_type is BinaryOpType.Add:
+            r = torch.sum(x.to(acc), dims)
+        elif e.op_type is BinaryOpType.Mul:
+            r = x.to(acc)
+            for d in reversed(dims):
+                r = torch.prod(r, d)
+        else:
+            kept = [s for k, s in enumerate(x.shape) if k not in dims]
+            if any(x.shape[d] == 0 for d in dims):
+                r = torch.full(kept, e.init.value, dtype=out.torch, device=x.device)
+            else:
+                fn = torch.amax if e.op_type is BinaryOpType.Max else torch.amin
+                r = fn(x.to(acc) if x.dtype is torch.bool else x, dims)
+        return [r.to(out.torch)]
+
+    def handle_welford(self, e: WelfordOp, args: list) -> list:
+        (x,) = args
+        dims = _reduced_dims(e.outputs[0])
+        acc = _acc_dtype(e.outputs[0].dtype)
+        xf = x.to(acc)
+        n = math.prod(x.shape[d] for d in dims)
+        if dims:
+            mean = xf.mean(dims, keepdim=True)
+            var_sum = ((xf - mean) ** 2).sum(dims)
+            mean = mean.squeeze(dims) if hasattr(mean, "squeeze") else mean
+            mean = mean.reshape(var_sum.shape)
+        else:
+            mean, var_sum = xf.clone(), torch.zeros_like(xf)
+        count = torch.full(var_sum.shape, n, dtype=torch.int64, device=x.device)
+        return [mean.to(e.outputs[0].dtype.torch), var_sum.to(e.outputs[1].dtype.torch), count]
+
+    def handle_scan(self, e: ScanOp, args: list) -> list:
+        (x,) = args
+        out = e.output.dtype
+        return [torch.cumsum(x.to(_acc_dtype(out)), e.dim).to(out.torch)]
+
+    def handle_broadcast(self, e: BroadcastOp, args: list) -> list:
+        (x,) = args
+        shape, it = [], iter(x.shape)
+        for f in e.flags:
+            shape.append(1 if f else next(it))
+        return [x.reshape(shape) if x.is_contiguous() else _unsqueeze_all(x, e.flags)]
+
+    def handle_squeeze(self, e: SqueezeOp, args: list) -> list:
+        (x,) = args
+        index = []
+        ids = e.input.logical_no_reductions()
+        for k, f in enumerate(e.flags):
+            # an expanded axis holds copies of one value, whether or not this tensor stores them
+            if f and x.shape[k] != 1 and x.stride(k) != 0 and not ids[k].has_expanded_extent:
+                raise EvaluationError(f"squeeze of dimension {k} of {e.input!r}, whose size is {x.shape[k]}, not 1")
+            index.append(0 if f else slice(None))
+        if any(f and x.shape[k] == 0 for k, f in enumerate(e.flags)):
+            # no copy to take: any value will do (a reduction over the axis scales it by 0)
+            return [x.new_zeros([n for n, f in zip(x.shape, e.flags) if not f])]
+        return [x[tuple(index)]]
+
+    def handle_expand(self, e: ExpandOp, args: list) -> list:
+        x = args[0]
+        sizes = [int(s) if i.is_broadcast else -1 for s, i in zip(args[1:], e.output.logical)]
+        return [x.expand(sizes)]
+
+    def handle_reshape(self, e: ReshapeOp, args: list) -> list:
+        x = args[0]
+        shape = [int(self.value(i.user_extent)) for i in e.output.logical]
+        return [x.reshape(shape)]
+
+    def handle_slice(self, e: SliceOp, args: list) -> list:
+        x = args[0]
+        index = tuple(slice(int(self.value(a)), int(self.value(b)), int(self.value(c))) for a, b, c in e.ranges)
+        return [x[index]]
+
+    def handle_pad(self, e: PadOp, args: list) -> list:
+        x, value = args[0], args[1]
+        widths = [(int(self.value(a)), int(self.value(b))) for a, b in e.pad_widths]
+        out_shape = [s + a + b for s, (a, b) in zip(x.shape, widths)]
+        if any(s < 0 for s in out_shape):
+            raise EvaluationError(f"pad of {e.input!r} gives a negative extent: {out_shape}")
+        out = torch.full(out_shape, value, dtype=x.dtype, device=x.device)
+        src, dst = [], []
+        for size, osize, (left, _) in zip(x.shape, out_shape, widths):
+            s0, d0 = max(-left, 0), max(left, 0)
+            n = max(min(size - s0, osize - d0), 0)
+            src.append(slice(s0, s0 + n))
+            dst.append(slice(d0, d0 + n))
+        out[tuple(dst)] = x[tuple(src)]
+        return [out]
+
+    def handle_cat(self, e: CatOp, args: list) -> list:
+        return [torch.cat(args, e.dim)]
+
+    def handle_load_store(self, e: LoadStoreOp, args: list) -> list:
+        (x,) = args
+        if e.op_type is LoadStoreOpType.SegmenterSet:
+            return [x]
+        dom = e.output.domain
+        if dom.root is not None:
+            x = x.permute([dom.root.index(i) for i in dom.logical])
+        if dom.allocation is not None:
+            order = [dom.logical.index(i) for i in dom.allocation]
+            inverse = [order.index(k) for k in range(len(order))]
+            return [x.permute(order).contiguous().permute(inverse)]
+        # a copy only where the result escapes: an output must not alias an input
+        return [x.clone() if e.output.is_fusion_output else x]
+
+    def handle_full(self, e: FullOp, args: list) -> list:
+        shape = [int(s) for s in args[:-1]]
+        return [torch.full(shape, args[-1], dtype=e.output.dtype.torch, device=self.device)]
+
+    def handle_iota(self, e: IotaOp, args: list) -> list:
+        length, start, step = args
+        dt = e.output.dtype.torch
+        return [torch.arange(int(length), dtype=dt, device=self.device) * step + start]
+
+    def handle_rng(self, e: RNGOp, args: list) -> list:
+        """Philox4x32-10 numbers (`fuser.runtime.philox`): those of the op's own seed and offset,
+        or of the execution's drawn seed and base offset plus the op's stream."""
+        ndim = len(e.output.logical)
+        shape = [int(s) for s in args[:ndim]]
+        p1, p2 = float(args[ndim]), float(args[ndim + 1])
+        if e.has_seed:
+            seed, offset = int(args[ndim + 2]), int(args[ndim + 3])
+        else:
+            seed, base = self.unseeded_philox()
+            offset = base + e.stream
+        double = e.output.dtype is DataType.Double
+        normal = e.rng_type is RNGOpType.Normal
+        numel = math.prod(shape)
+        z = philox.standard(normal, double, seed, offset, numel, self.device).reshape(shape)
+        r = philox.normal(z, p1, p2) if normal else philox.uniform(z, p1, p2)
+        return [r.to(e.output.dtype.torch)]
+
+    def handle_select(self, e: SelectOp, args: list) -> list:
+        x, index = args
+        return [x.select(e.dim, int(index))]
+
+    def handle_index_select(self, e: IndexSelectOp, args: list) -> list:
+        x, index = args
+        return [torch.index_select(x, e.dim, _as_index(index))]
+
+    def handle_gather(self, e: GatherOp, args: list) -> list:
+        x, index = args
+        if e.exact_sizes:  # take_along_dim takes int64 indices only; the op takes int32 too
+            return [torch.take_along_dim(x, index.long(), e.dim)]
+        return [torch.gather(x, e.dim, _as_index(index))]
+
+    def handle_scatter(self, e: ScatterOp, args: list) -> list:
+        x, index, src = args
+        return [torch.scatter(x, e.dim, _as_index(index), src)]
+
+    def handle_matmul(self, e: MatmulOp, args: list) -> list:
+        a, b = (_compute(x) for x in args)
+        return [torch.matmul(a, b).to(e.output.dtype.torch)]
+
+    def handle_linear(self, e: LinearOp, args: list) -> list:
+        x, w, *bias = (_compute(a) for a in args)
+        if w.ndim == 1 and bias:
+            # F.linear takes a 1-D weight with a 0-dim bias, except for a 2-D input (its addmm
+            # path wants a matrix): add the bias separately, as F.linear does for other ranks
+            return [(F.linear(x, w) + bias[0]).to(e.output.dtype.torch)]
+        return [F.linear(x, w, *bias).to(e.output.dtype.torch)]
+
+    def handle_aten(self, e: AtenOp, args: list) -> list:
+        """Ops only ATen runs: each by its fd.ops name, with named tensor/scalar arguments."""
+        kw = dict(e.params)
+        kw.update(zip(e.arg_names, args))
+        outs = _ATEN[e.name](self, e, kw)
+        return [o.to(v.dtype.torch) if isinstance(o, torch.Tensor) and o.dtype != v.dtype.torch and e.name != "bitcast" else o
+                for o, v in zip(outs, e.outputs)]
+
 
 _MISSING = object()
+
+
+def logical_input(v: Val, x: Any, device: torch.device) -> Any:
+    """A fusion input's value as the reference executor reads it: with the broadcast axes
+    its logical domain adds (`_as_logical`), and a CPU scalar tensor beside device tensors
+    moved to the device. `x` itself when neither applies."""
+    if isinstance(x, torch.Tensor) and device.type != "cpu" and x.dim() == 0 and x.device.type == "cpu":
+        x = x.to(device)
+    return _as_logical(v, x)
 
 
 def _as_logical(v: Val, x: Any) -> Any:
@@ -326,63 +569,10 @@ def _to(x: Any, dt: DataType) -> torch.Tensor:
     return x.to(dt.torch) if isinstance(x, torch.Tensor) else torch.tensor(x, dtype=dt.torch)
 
 
-def _unary(ex: ReferenceExecutor, e: UnaryOp, args: list) -> list:
-    (x,) = args
-    out = e.output.dtype
-    if e.op_type is UnaryOpType.Cast:
-        return [_to(x, out)]
-    x = _compute(x)
-    if out.is_floating and not (x.dtype.is_floating_point or x.dtype.is_complex):
-        x = x.to(torch.float32 if out.is_reduced_float else out.torch)
-    return [_to(_UNARY[e.op_type](x), out)]
-
-
-def _binary(ex: ReferenceExecutor, e: BinaryOp, args: list) -> list:
-    a, b = args
-    out = e.output.dtype
-    if e.op_type is BinaryOpType.Nextafter:  # the next representable value of the actual type
-        return [_to(_BINARY[e.op_type](*_as_tensors(a, b)), out)]
-    a, b = _compute(a), _compute(b)
-    if isinstance(a, torch.Tensor) != isinstance(b, torch.Tensor):
-        # a Python number beside a tensor: many torch functions take it only second
-        a, b = _as_tensors(a, b)
-    if e.op_type is BinaryOpType.Div and (out.is_integral or out.is_boolean):
-        # nvFuser's integer div (`div`, extent arithmetic): C's truncation toward zero
-        return [_to(torch.div(a, b, rounding_mode="trunc"), out)]
-    if e.op_type is BinaryOpType.Div and out.is_floating and not out.is_reduced_float:
-        a, b = _as_float(a, out), _as_float(b, out)
-    return [_to(_BINARY[e.op_type](a, b), out)]
-
-
 def _as_float(x: Any, dt: DataType) -> Any:
     if isinstance(x, torch.Tensor) and not (x.dtype.is_floating_point or x.dtype.is_complex):
         return x.to(dt.torch)
     return x
-
-
-def _ternary(ex: ReferenceExecutor, e: TernaryOp, args: list) -> list:
-    out = e.output.dtype
-    a, b, c = (_compute(x) for x in args)
-    ref = next(x for x in (a, b, c) if isinstance(x, torch.Tensor))
-    if e.op_type is TernaryOpType.Where:
-        cdt = torch.float32 if out.is_reduced_float else out.torch
-        b = b.to(cdt) if isinstance(b, torch.Tensor) else _filled(b, ref.device, cdt)
-        c = c.to(cdt) if isinstance(c, torch.Tensor) else _filled(c, ref.device, cdt)
-        r = torch.where(a, b, c)
-    elif e.op_type is TernaryOpType.Lerp:
-        cdt = torch.float32 if out.is_reduced_float else out.torch
-        a, b = (torch.as_tensor(x, device=ref.device).to(cdt) for x in (a, b))
-        a, b = torch.broadcast_tensors(a, b)
-        w = c.to(cdt) if isinstance(c, torch.Tensor) else c
-        r = torch.lerp(a, b, w)
-    elif e.op_type is TernaryOpType.Clamp:
-        cdt = torch.float32 if out.is_reduced_float else out.torch
-        a, b, c = (torch.as_tensor(x, device=ref.device).to(cdt) for x in (a, b, c))
-        r = torch.minimum(torch.maximum(a, b), c)
-        r = torch.where(torch.isnan(a), a, r) if r.dtype.is_floating_point else r
-    else:  # threshold: x if x > threshold else value
-        r = torch.where(a > b, a, torch.as_tensor(c, device=ref.device).to(a.dtype))
-    return [_to(r, out)]
 
 
 def _acc_dtype(dt: DataType) -> torch.dtype:
@@ -399,60 +589,6 @@ def _reduced_dims(tv: TensorView) -> list[int]:
     return [k for k, i in enumerate(tv.logical) if i.is_reduction]
 
 
-def _reduction(ex: ReferenceExecutor, e: ReductionOp, args: list) -> list:
-    (x,) = args
-    out = e.output.dtype
-    dims = _reduced_dims(e.output)
-    if not dims:
-        return [x.to(out.torch).clone()]
-    acc = _acc_dtype(out)
-    if e.op_type is BinaryOpType.Add:
-        r = torch.sum(x.to(acc), dims)
-    elif e.op_type is BinaryOpType.Mul:
-        r = x.to(acc)
-        for d in reversed(dims):
-            r = torch.prod(r, d)
-    else:
-        kept = [s for k, s in enumerate(x.shape) if k not in dims]
-        if any(x.shape[d] == 0 for d in dims):
-            r = torch.full(kept, e.init.value, dtype=out.torch, device=x.device)
-        else:
-            fn = torch.amax if e.op_type is BinaryOpType.Max else torch.amin
-            r = fn(x.to(acc) if x.dtype is torch.bool else x, dims)
-    return [r.to(out.torch)]
-
-
-def _welford(ex: ReferenceExecutor, e: WelfordOp, args: list) -> list:
-    (x,) = args
-    dims = _reduced_dims(e.outputs[0])
-    acc = _acc_dtype(e.outputs[0].dtype)
-    xf = x.to(acc)
-    n = math.prod(x.shape[d] for d in dims)
-    if dims:
-        mean = xf.mean(dims, keepdim=True)
-        var_sum = ((xf - mean) ** 2).sum(dims)
-        mean = mean.squeeze(dims) if hasattr(mean, "squeeze") else mean
-        mean = mean.reshape(var_sum.shape)
-    else:
-        mean, var_sum = xf.clone(), torch.zeros_like(xf)
-    count = torch.full(var_sum.shape, n, dtype=torch.int64, device=x.device)
-    return [mean.to(e.outputs[0].dtype.torch), var_sum.to(e.outputs[1].dtype.torch), count]
-
-
-def _scan(ex: ReferenceExecutor, e: ScanOp, args: list) -> list:
-    (x,) = args
-    out = e.output.dtype
-    return [torch.cumsum(x.to(_acc_dtype(out)), e.dim).to(out.torch)]
-
-
-def _broadcast(ex: ReferenceExecutor, e: BroadcastOp, args: list) -> list:
-    (x,) = args
-    shape, it = [], iter(x.shape)
-    for f in e.flags:
-        shape.append(1 if f else next(it))
-    return [x.reshape(shape) if x.is_contiguous() else _unsqueeze_all(x, e.flags)]
-
-
 def _unsqueeze_all(x: torch.Tensor, flags: Sequence[bool]) -> torch.Tensor:
     for k, f in enumerate(flags):
         if f:
@@ -460,155 +596,11 @@ def _unsqueeze_all(x: torch.Tensor, flags: Sequence[bool]) -> torch.Tensor:
     return x
 
 
-def _squeeze(ex: ReferenceExecutor, e: SqueezeOp, args: list) -> list:
-    (x,) = args
-    index = []
-    ids = e.input.logical_no_reductions()
-    for k, f in enumerate(e.flags):
-        # an expanded axis holds copies of one value, whether or not this tensor stores them
-        if f and x.shape[k] != 1 and x.stride(k) != 0 and not ids[k].has_expanded_extent:
-            raise EvaluationError(f"squeeze of dimension {k} of {e.input!r}, whose size is {x.shape[k]}, not 1")
-        index.append(0 if f else slice(None))
-    if any(f and x.shape[k] == 0 for k, f in enumerate(e.flags)):
-        # no copy to take: any value will do (a reduction over the axis scales it by 0)
-        return [x.new_zeros([n for n, f in zip(x.shape, e.flags) if not f])]
-    return [x[tuple(index)]]
-
-
-def _expand(ex: ReferenceExecutor, e: ExpandOp, args: list) -> list:
-    x = args[0]
-    sizes = [int(s) if i.is_broadcast else -1 for s, i in zip(args[1:], e.output.logical)]
-    return [x.expand(sizes)]
-
-
-def _reshape(ex: ReferenceExecutor, e: ReshapeOp, args: list) -> list:
-    x = args[0]
-    shape = [int(ex.value(i.user_extent)) for i in e.output.logical]
-    return [x.reshape(shape)]
-
-
-def _slice(ex: ReferenceExecutor, e: SliceOp, args: list) -> list:
-    x = args[0]
-    index = tuple(slice(int(ex.value(a)), int(ex.value(b)), int(ex.value(c))) for a, b, c in e.ranges)
-    return [x[index]]
-
-
-def _pad(ex: ReferenceExecutor, e: PadOp, args: list) -> list:
-    x, value = args[0], args[1]
-    widths = [(int(ex.value(a)), int(ex.value(b))) for a, b in e.pad_widths]
-    out_shape = [s + a + b for s, (a, b) in zip(x.shape, widths)]
-    if any(s < 0 for s in out_shape):
-        raise EvaluationError(f"pad of {e.input!r} gives a negative extent: {out_shape}")
-    out = torch.full(out_shape, value, dtype=x.dtype, device=x.device)
-    src, dst = [], []
-    for size, osize, (left, _) in zip(x.shape, out_shape, widths):
-        s0, d0 = max(-left, 0), max(left, 0)
-        n = max(min(size - s0, osize - d0), 0)
-        src.append(slice(s0, s0 + n))
-        dst.append(slice(d0, d0 + n))
-    out[tuple(dst)] = x[tuple(src)]
-    return [out]
-
-
-def _cat(ex: ReferenceExecutor, e: CatOp, args: list) -> list:
-    return [torch.cat(args, e.dim)]
-
-
-def _load_store(ex: ReferenceExecutor, e: LoadStoreOp, args: list) -> list:
-    (x,) = args
-    if e.op_type is LoadStoreOpType.SegmenterSet:
-        return [x]
-    dom = e.output.domain
-    if dom.root is not None:
-        x = x.permute([dom.root.index(i) for i in dom.logical])
-    if dom.allocation is not None:
-        order = [dom.logical.index(i) for i in dom.allocation]
-        inverse = [order.index(k) for k in range(len(order))]
-        return [x.permute(order).contiguous().permute(inverse)]
-    # a copy only where the result escapes: an output must not alias an input
-    return [x.clone() if e.output.is_fusion_output else x]
-
-
-def _full(ex: ReferenceExecutor, e: FullOp, args: list) -> list:
-    shape = [int(s) for s in args[:-1]]
-    return [torch.full(shape, args[-1], dtype=e.output.dtype.torch, device=ex.device)]
-
-
-def _iota(ex: ReferenceExecutor, e: IotaOp, args: list) -> list:
-    length, start, step = args
-    dt = e.output.dtype.torch
-    return [torch.arange(int(length), dtype=dt, device=ex.device) * step + start]
-
-
-def _rng(ex: ReferenceExecutor, e: RNGOp, args: list) -> list:
-    """Philox4x32-10 numbers (`fuser.runtime.philox`): those of the op's own seed and offset,
-    or of the execution's drawn seed and base offset plus the op's stream."""
-    ndim = len(e.output.logical)
-    shape = [int(s) for s in args[:ndim]]
-    p1, p2 = float(args[ndim]), float(args[ndim + 1])
-    if e.has_seed:
-        seed, offset = int(args[ndim + 2]), int(args[ndim + 3])
-    else:
-        seed, base = ex.unseeded_philox()
-        offset = base + e.stream
-    double = e.output.dtype is DataType.Double
-    normal = e.rng_type is RNGOpType.Normal
-    numel = math.prod(shape)
-    z = philox.standard(normal, double, seed, offset, numel, ex.device).reshape(shape)
-    r = philox.normal(z, p1, p2) if normal else philox.uniform(z, p1, p2)
-    return [r.to(e.output.dtype.torch)]
-
-
-def _select(ex: ReferenceExecutor, e: SelectOp, args: list) -> list:
-    x, index = args
-    return [x.select(e.dim, int(index))]
-
-
 def _as_index(index: torch.Tensor) -> torch.Tensor:
     """An index tensor as torch's indexing ops take it: int64, a floating-point one
     converted as nvFuser's kernels convert it (truncated toward zero, as `.long()` does).
     An int32 one too: PyTorch's CPU gather reads an expanded (stride 0) int32 index wrongly."""
     return index if index.dtype is torch.int64 else index.long()
-
-
-def _index_select(ex: ReferenceExecutor, e: IndexSelectOp, args: list) -> list:
-    x, index = args
-    return [torch.index_select(x, e.dim, _as_index(index))]
-
-
-def _gather(ex: ReferenceExecutor, e: GatherOp, args: list) -> list:
-    x, index = args
-    if e.exact_sizes:  # take_along_dim takes int64 indices only; the op takes int32 too
-        return [torch.take_along_dim(x, index.long(), e.dim)]
-    return [torch.gather(x, e.dim, _as_index(index))]
-
-
-def _scatter(ex: ReferenceExecutor, e: ScatterOp, args: list) -> list:
-    x, index, src = args
-    return [torch.scatter(x, e.dim, _as_index(index), src)]
-
-
-def _matmul(ex: ReferenceExecutor, e: MatmulOp, args: list) -> list:
-    a, b = (_compute(x) for x in args)
-    return [torch.matmul(a, b).to(e.output.dtype.torch)]
-
-
-def _linear(ex: ReferenceExecutor, e: LinearOp, args: list) -> list:
-    x, w, *bias = (_compute(a) for a in args)
-    if w.ndim == 1 and bias:
-        # F.linear takes a 1-D weight with a 0-dim bias, except for a 2-D input (its addmm
-        # path wants a matrix): add the bias separately, as F.linear does for other ranks
-        return [(F.linear(x, w) + bias[0]).to(e.output.dtype.torch)]
-    return [F.linear(x, w, *bias).to(e.output.dtype.torch)]
-
-
-def _aten(ex: ReferenceExecutor, e: AtenOp, args: list) -> list:
-    """Ops only ATen runs: each by its fd.ops name, with named tensor/scalar arguments."""
-    kw = dict(e.params)
-    kw.update(zip(e.arg_names, args))
-    outs = _ATEN[e.name](ex, e, kw)
-    return [o.to(v.dtype.torch) if isinstance(o, torch.Tensor) and o.dtype != v.dtype.torch and e.name != "bitcast" else o
-            for o, v in zip(outs, e.outputs)]
 
 
 def _opt(x: Any, kind: type) -> Any:
@@ -680,34 +672,6 @@ _ATEN: dict[str, Callable[[ReferenceExecutor, AtenOp, dict], list]] = {
     "grouped_mm": _grouped_mm,
     "bitcast": lambda ex, e, kw: [kw["arg"].view(kw["dtype"].torch)],
     "ndtri": lambda ex, e, kw: [torch.special.ndtri(_compute(kw["arg"]) if kw["arg"].is_floating_point() else kw["arg"].float())],
-}
-
-
-_HANDLERS: dict[type, Callable[[ReferenceExecutor, Any, list], list]] = {
-    UnaryOp: _unary,
-    BinaryOp: _binary,
-    TernaryOp: _ternary,
-    ReductionOp: _reduction,
-    WelfordOp: _welford,
-    ScanOp: _scan,
-    BroadcastOp: _broadcast,
-    SqueezeOp: _squeeze,
-    ExpandOp: _expand,
-    ReshapeOp: _reshape,
-    SliceOp: _slice,
-    PadOp: _pad,
-    CatOp: _cat,
-    LoadStoreOp: _load_store,
-    FullOp: _full,
-    IotaOp: _iota,
-    RNGOp: _rng,
-    SelectOp: _select,
-    IndexSelectOp: _index_select,
-    GatherOp: _gather,
-    ScatterOp: _scatter,
-    MatmulOp: _matmul,
-    LinearOp: _linear,
-    AtenOp: _aten,
 }
 
 

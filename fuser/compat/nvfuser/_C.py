@@ -5,6 +5,7 @@ import sys
 from fuser import (  # noqa: F401 - nvFuser's extension names
     DataType,
     FusionCache,
+    ParallelType,
     FusionDefinition,
     Scalar,
     Tensor,
@@ -28,6 +29,7 @@ sys.modules[__name__] = sys.modules.get("fuser.compat.nvfuser._C", sys.modules[_
 
 __all__ = [
     "DataType",
+    "ParallelType",
     "FusionCache",
     "FusionDefinition",
     "Scalar",

@@ -2,7 +2,7 @@
 
 The code generator emits one self-contained translation unit per kernel, with its helpers in
 in-memory headers (``#include "fuser_runtime.cuh"``). This module turns that into a CUBIN for
-one real architecture (``sm_90``), which `fuser.runtime.launch` loads with pycuda.
+one real architecture (``sm_90``), which `fuser.driver.launch` loads with pycuda.
 
 NVRTC is reached through ctypes, so fuser needs no extra Python package: the library is
 searched for in this order (the first that loads wins):
@@ -432,7 +432,7 @@ def compile_cubin_nvcc(
     if nvcc is None:
         raise CompilerNotFoundError(
             "nvcc was not found on PATH, in $CUDA_HOME/bin or /usr/local/cuda/bin; install the CUDA "
-            "toolkit or make NVRTC available (see fuser.runtime.nvrtc)."
+            "toolkit or make NVRTC available (see fuser.driver.nvrtc)."
         )
     with tempfile.TemporaryDirectory(prefix="fuser-nvcc-") as tmp:
         for hname, text in headers.items():

@@ -316,7 +316,7 @@ class CompiledKernel:
         except cuda.Error as e:
             raise KernelLaunchError(
                 f"cannot load kernel {name!r} on cuda:{self.device_index}: {e} (a CUBIN must be built "
-                f"for this GPU's architecture, see fuser.runtime.nvrtc.device_arch, and the kernel "
+                f"for this GPU's architecture, see fuser.driver.nvrtc.device_arch, and the kernel "
                 f"declared extern \"C\")"
             ) from e
         finally:

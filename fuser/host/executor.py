@@ -1,5 +1,5 @@
-"""Running a defined fusion: bind and validate inputs, segment (once per input
-signature), run the segments, return outputs.
+"""Running a defined fusion: bind and validate inputs, segment and lower to a host
+program (once per input signature), evaluate it, return outputs.
 
 A call whose input signature was seen before skips validation and segmentation: the
 signature (sizes, strides, dtypes, devices, data alignment, integer scalars' values)
@@ -14,9 +14,12 @@ import torch
 from fuser.ir import RNGOp, Scalar, fusion_str
 from fuser.options import dump, dump_enabled
 from fuser.preseg import PresegFusion, enabled_passes, run_passes
+from fuser.runtime.binding import Binding, bind_inputs
+from fuser.runtime.info import runtime_info
 
-from .binding import Binding, bind_inputs
-from .info import runtime_info
+from .evaluator import HostIrEvaluator
+from .lower import insert_deallocations, lower_segmented
+from .streams import has_stream_axes, lower_streams, should_merge
 
 #: input signatures remembered per fusion before the oldest is forgotten
 MAX_SIGNATURES = 64
@@ -57,14 +60,12 @@ def value_free_inputs(fusion: Any) -> frozenset[int]:
 
 
 def segmented_runner(entry: Any, inputs: Sequence[Any], device: Any = None, binding: Binding | None = None):
-    """The entry's runner for this call's input signature, validating the inputs and
-    segmenting on first sight of it."""
+    """The entry's HostIrEvaluator for this call's input signature, validating the inputs,
+    segmenting and lowering to host IR on first sight of it."""
     key = signature(inputs, device, value_free_inputs(entry.fusion))
     runner = entry.executors.get(key)
     if runner is None:
         from fuser.segment import segment_fusion
-
-        from .segmented import SegmentedRunner
 
         fusion = entry.fusion
         dev = torch.device(device) if device is not None else None
@@ -77,13 +78,40 @@ def segmented_runner(entry: Any, inputs: Sequence[Any], device: Any = None, bind
             binding = bind_inputs(fusion, inputs, device=dev)
         if dump_enabled("fusion_ir_preseg"):
             dump("fusion_ir_preseg", "Fusion IR after pre-segmenter optimization passes:\n" + fusion_str(fusion))
-        seg = segment_fusion(fusion, runtime_info(fusion, binding.tensors, binding=binding))
-        runner = SegmentedRunner(seg, binding)
+        info = runtime_info(fusion, binding.tensors, binding=binding)
+        # stream-parallel expressions are kept apart from the others (seed 004)
+        streams = getattr(entry, "stream_loops", True) and has_stream_axes(fusion)
+        seg = segment_fusion(fusion, info, custom_should_merge=should_merge) if streams else segment_fusion(fusion, info)
+        runner = lower_and_prepare(fusion, seg, binding, _aliases(entry.fusion, fusion), streams)
         runner.preseg = pre
         if len(entry.executors) >= MAX_SIGNATURES:
             entry.executors.pop(next(iter(entry.executors)))
         entry.executors[key] = runner
     return runner
+
+
+def lower_and_prepare(fusion: Any, seg: Any, binding: Binding, aliases: dict | None = None,
+                      streams: bool = False) -> HostIrEvaluator:
+    """The evaluator of `seg`'s host program (with stream loops when `streams`), dumped
+    with FUSER_DUMP=host_ir."""
+    program = lower_segmented(seg, aliases)
+    if streams:
+        program = lower_streams(program)
+    program = insert_deallocations(program)
+    if dump_enabled("host_ir"):
+        dump("host_ir", str(program))
+    runner = HostIrEvaluator(program, binding)
+    runner.seg = seg
+    return runner
+
+
+def _aliases(defined: Any, fusion: Any) -> dict:
+    """`fusion`'s outputs aliased to its inputs (add_output(alias_input=)), found by
+    position in the defined fusion (the pre-segmentation copy keeps the order)."""
+    if not defined.output_aliases:
+        return {}
+    return {fusion.outputs[defined.outputs.index(o)]: fusion.inputs[defined.inputs.index(i)]
+            for o, i in defined.output_aliases.items()}
 
 
 def preseg_fusion(entry: Any) -> PresegFusion:
@@ -111,5 +139,31 @@ def run(entry: Any, inputs: Sequence[Any], *, device: Any = None) -> list[torch.
         if alias is None:
             results.append(out)
         else:
-            inputs[fusion.inputs.index(alias)].copy_(out)
+            target = inputs[fusion.inputs.index(alias)]
+            if out is not target:  # the host program wrote it elsewhere: its input was read later
+                target.copy_(out)
     return results
+
+
+class _UnitEntry:
+    """A segment's fusion as an executor cache entry (PostOnStream runs it through here)."""
+
+    __slots__ = ("fusion", "executors", "preseg", "last_runner")
+    #: a unit runs one iteration's slices: its stream-parallel axes are the loop's, not its own
+    stream_loops = False
+
+    def __init__(self, fusion: Any) -> None:
+        self.fusion = fusion
+        self.executors: dict = {}
+        self.preseg: dict = {}
+        self.last_runner = None
+
+
+def run_unit(unit: Any, args: Sequence[Any], device: Any, outputs: Sequence[Any] | None = None) -> list[Any]:
+    """Run a host unit's fusion on `args` through the executor (segmented and compiled for
+    their signature, cached on the unit); a one-kernel unit writes `outputs` when given
+    and laid out as it writes."""
+    entry = unit.cache.get("entry")
+    if entry is None:
+        entry = unit.cache["entry"] = _UnitEntry(unit.fusion)
+    return segmented_runner(entry, args, device).run(args, outputs)

@@ -15,7 +15,9 @@ compiles.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
+import importlib.metadata
 import json
 import os
 import tempfile
@@ -53,10 +55,14 @@ def cache_dir() -> Path:
     return base / "fuser" / "kernels"
 
 
+@functools.cache
 def _fuser_version() -> str:
-    import fuser
-
-    return getattr(fuser, "__version__", "unknown")
+    """The installed fuser distribution's version (read from its metadata, not by importing
+    the package above this layer), or ``"unknown"`` when fuser runs uninstalled."""
+    try:
+        return importlib.metadata.version("fuser")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
 
 
 def cache_key(
@@ -152,7 +158,7 @@ def get_cubin(
     name: str = "kernel.cu",
 ) -> bytes:
     """The CUBIN for `source` on `arch`: from this process's memory, else from the disk
-    cache, else compiled with `fuser.runtime.nvrtc.compile` (NVRTC, or nvcc without it) and
+    cache, else compiled with `fuser.driver.nvrtc.compile` (NVRTC, or nvcc without it) and
     stored in both. ``FUSER_DISABLE=kernel_cache`` makes every call compile.
 
     `name` is only the file name compile errors mention; it is not part of the key.

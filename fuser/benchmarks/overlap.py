@@ -1,0 +1,105 @@
+"""Stream parallelism's overlap (seed 004): a matmul run by ATen and a pointwise kernel
+fuser generates, over C chunks of rows, with the chunk axis `ParallelType.stream`. Each
+iteration runs on a worker stream, so chunk i's pointwise kernel runs beside chunk i+1's
+matmul. `bench --overlap` times the loop beside its parts on the same inputs: the whole
+matmul alone, the pointwise fusion alone, and the same fusion without the stream axis
+(one matmul, then one kernel)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from fuser import DataType, FusionDefinition, ParallelType
+
+from . import kernel_time
+
+#: (chunks, rows per chunk, K, N): bf16 GEMM-sized shapes where one chunk's matmul does
+#: not fill the GPU alone for long
+SHAPES = ((4, 2048, 4096, 4096), (8, 1024, 4096, 4096), (8, 2048, 2048, 8192))
+
+
+def define(stream: bool) -> FusionDefinition:
+    """gelu(x @ w) * 2 on x [C, S, K] bf16, w [K, N]; with `stream`, over C on streams."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1, -1], contiguity=[True, True, True], dtype=DataType.BFloat16)
+        w = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.BFloat16)
+        m = fd.ops.matmul(x, w)
+        computed = [m]
+        g = _gelu_times_two(fd, m, computed)
+        fd.add_output(g)
+        if stream:
+            for t in computed:  # every tensor the loop computes says so, as in nvFuser
+                t.axis(0).parallelize(ParallelType.stream)
+    return fd
+
+
+def _gelu_times_two(fd: FusionDefinition, m, computed: list | None = None):
+    """bf16(2 * tanh-GELU(float(m))) (PyTorch's approximate='tanh'); appends each tensor
+    it defines to `computed`."""
+    out = computed if computed is not None else []
+
+    def op(t):
+        out.append(t)
+        return t
+
+    x = op(fd.ops.cast(m, DataType.Float))
+    cube = op(fd.ops.mul(op(fd.ops.mul(x, x)), x))
+    inner = op(fd.ops.mul(op(fd.ops.add(x, op(fd.ops.mul(cube, 0.044715)))), 0.7978845608028654))
+    gelu = op(fd.ops.mul(op(fd.ops.mul(x, 0.5)), op(fd.ops.add(op(fd.ops.tanh(inner)), 1.0))))
+    return op(fd.ops.cast(op(fd.ops.mul(gelu, 2.0)), DataType.BFloat16))
+
+
+@dataclass
+class OverlapRow:
+    shape: tuple[int, int, int, int]
+    loop_us: float
+    matmul_us: float
+    pointwise_us: float
+    sequential_us: float
+
+    @property
+    def parts_us(self) -> float:
+        return self.matmul_us + self.pointwise_us
+
+
+def run(shapes=SHAPES, iters: int = 20, repeats: int = 5) -> list[OverlapRow]:
+    """Time each shape's loop, its parts and the unparallelised fusion (CUDA)."""
+    rows = []
+    for c, s, k, n in shapes:
+        x = torch.randn(c, s, k, device="cuda", dtype=torch.bfloat16) / k ** 0.5
+        w = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
+        loop, seq = define(True), define(False)
+        want = (torch.nn.functional.gelu((x @ w).float(), approximate="tanh") * 2).bfloat16()
+        for fd in (loop, seq):
+            got = fd.execute([x, w])[0]
+            torch.testing.assert_close(got.float(), want.float(), rtol=2e-2, atol=2e-2)
+        m = x @ w
+        pw = _pointwise()
+        pw.execute([m])
+
+        def t(fn: Callable[[], object]) -> float:
+            return kernel_time(fn, iters=iters, repeats=repeats).us
+
+        rows.append(OverlapRow((c, s, k, n), t(lambda: loop.execute([x, w])), t(lambda: torch.matmul(x, w)),
+                               t(lambda: pw.execute([m])), t(lambda: seq.execute([x, w]))))
+    return rows
+
+
+def _pointwise() -> FusionDefinition:
+    with FusionDefinition() as fd:
+        m = fd.define_tensor(shape=[-1, -1, -1], contiguity=[True, True, True], dtype=DataType.BFloat16)
+        fd.add_output(_gelu_times_two(fd, m))
+    return fd
+
+
+def table(rows: list[OverlapRow], device: str) -> str:
+    head = ("C x S x K x N", "stream loop", "matmul alone", "pointwise alone", "sum of parts", "loop / sum",
+            "no stream axis")
+    lines = [f"stream-parallel matmul + pointwise on {device} (bf16; µs per call, CUDA events)",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        lines.append(f"| {' x '.join(map(str, r.shape))} | {r.loop_us:.1f} | {r.matmul_us:.1f} | "
+                     f"{r.pointwise_us:.1f} | {r.parts_us:.1f} | {r.loop_us / r.parts_us:.2f} | {r.sequential_us:.1f} |")
+    return "\n".join(lines)

@@ -1,0 +1,367 @@
+"""HostIrEvaluator: runs a host program on torch tensors, GPU or CPU.
+
+One evaluator per input signature (made with the program): each `LaunchKernel` prepares
+its segment's generated kernel at its first launch (or, where lowering cannot take the
+segment, runs it on the reference executor from then on); `Evaluate`s run on the
+reference executor, sharing the program's values. On a CPU every segment runs on the
+reference executor, so CI runs the very programs the GPU runs. Stream expressions
+become torch.cuda stream switches and waits on a GPU and do nothing on a CPU.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Callable, NamedTuple, Sequence
+
+import torch
+
+from fuser.ir import MatmulOp, Scalar, TensorView, Val
+from fuser.lower.lower import NotLowerable
+from fuser.runtime import philox
+from fuser.runtime.binding import Binding, BindingPlan
+from fuser.runtime.kernels import generates_kernel, kernels_available, prepare_kernel
+from fuser.runtime.reference import ReferenceExecutor, logical_input
+
+from .ir import (
+    Allocate,
+    Deallocate,
+    Evaluate,
+    ForLoop,
+    GetCurrentStream,
+    HirAliasSelect,
+    HostExpr,
+    HostIrContainer,
+    HostUnit,
+    LaunchKernel,
+    PostOnStream,
+    SetCurrentStream,
+    Stream,
+    Synchronize,
+)
+from .lower import as_declared
+
+#: worker streams a stream loop cycles through (FUSER_NUM_STREAMS overrides)
+NUM_STREAMS = int(os.environ.get("FUSER_NUM_STREAMS", "4"))
+
+
+class SegmentRun(NamedTuple):
+    """How one segment ran in an evaluator's executions so far (`segment_runs`)."""
+
+    scheduler: str
+    #: whether segments of this scheduler become generated kernels (the others, expr_eval
+    #: and no_op, run on the reference executor by design)
+    generates_kernel: bool
+    #: True: it ran its generated kernel; False: it fell back to the reference executor (the
+    #: kernel was not lowerable); None: no kernel was tried (a reference-only scheduler, or
+    #: kernels unavailable: a CPU device, no pycuda, FUSER_DISABLE=codegen)
+    kernel: bool | None
+
+
+class UnitRun:
+    """One segment's state in an evaluator: its fusion, how its inputs map, its kernel."""
+
+    __slots__ = ("unit", "group", "fusion", "inputs", "outputs", "intermediate", "kernel")
+
+    def __init__(self, unit: HostUnit, complete_inputs: set) -> None:
+        self.unit = unit
+        self.group = unit.group
+        self.fusion = unit.fusion
+        self.inputs: list[Val] = list(unit.group.inputs)
+        self.outputs: list[Val] = list(unit.group.outputs)
+        #: per input: whether it is another segment's output (laid out by us, not the user)
+        self.intermediate = [v not in complete_inputs for v in self.inputs]
+        #: the generated kernel (None: not tried yet; False: this segment runs on the reference)
+        self.kernel: Any = None
+
+    def codegen_candidate(self) -> bool:
+        return self.group.scheduler is not None and generates_kernel(self.group.scheduler)
+
+
+class HostIrEvaluator:
+    """Runs `program` (made for one input signature) on inputs of that signature.
+
+    `binding` is the validated binding of the call that made it: what the signature fixes
+    (extents, device) is taken from it once."""
+
+    #: per-segment hooks (`start(k) -> token`, `stop(k, token, args, outs)`) around each
+    #: segment's run, for profiling; None on the ordinary path
+    observer: Any = None
+    #: the PresegFusion whose fusion was segmented (its values -> the defined fusion's)
+    preseg: Any = None
+
+    def __init__(self, program: HostIrContainer, binding: Binding) -> None:
+        self.program = program
+        self.seg = None  # the SegmentedFusion it was lowered from, when there is one
+        fusion = program.fusion
+        self.extents = dict(binding.extents)
+        self.device = binding.device
+        self.use_kernels = kernels_available(binding.device)
+        complete_inputs = set(fusion.inputs)
+        self._given = frozenset(program.inputs)
+        #: (position, input) of the inputs the reference executor reads in another form:
+        #: added broadcast axes (seed 000), or a CPU scalar tensor beside device tensors
+        self._logical = [(k, v) for k, v in enumerate(program.inputs)
+                         if isinstance(v, TensorView) and (v.domain.added_broadcasts() or (
+                             self.device.type != "cpu" and not v.logical_no_reductions()))]
+        self.runs = [UnitRun(u, complete_inputs) for u in program.units]
+        self._run_of = {id(u): r for u, r in zip(program.units, self.runs)}
+        #: stream numbers the unseeded RNG ops span: with some, each execution draws one
+        #: seed and base offset that every segment (kernel or reference) uses
+        self.rng_streams = philox.streams(fusion)
+        exprs = program.exprs
+        # one kernel reading the fusion's inputs in order and writing its outputs in order:
+        # the cached path launches it with nothing in between
+        self._direct = (len(exprs) == 1 and isinstance(exprs[0], LaunchKernel)
+                        and list(exprs[0].inputs) == list(program.inputs)
+                        and list(exprs[0].outputs) == list(program.outputs) and not program.aliases)
+        self._handlers: dict[type, Callable[[Any, Any], None]] = {
+            LaunchKernel: self._launch, Evaluate: self._evaluate, PostOnStream: self._post,
+            Allocate: self._allocate, Deallocate: self._deallocate, ForLoop: self._loop,
+            GetCurrentStream: self._get_stream, SetCurrentStream: self._set_stream, Synchronize: self._synchronize,
+            HirAliasSelect: self._select,
+        }
+        #: per segment index: the positions of its first and last top-level expression (observer)
+        self._spans: dict[int, tuple[int, int]] = {}
+        for k, e in enumerate(exprs):
+            u = e.unit.index if isinstance(e, (LaunchKernel, PostOnStream)) else getattr(e, "unit", None)
+            if u is not None:
+                first, _ = self._spans.get(u, (k, k))
+                self._spans[u] = (first, k)
+
+    def segment_runs(self) -> list[SegmentRun]:
+        """How each segment ran (read-only: for tests and tools; the run path keeps no record)."""
+        return [SegmentRun(str(r.group.scheduler), r.codegen_candidate(), None if r.kernel is None else bool(r.kernel))
+                for r in self.runs]
+
+    # --- running ---------------------------------------------------------------------
+    def run(self, inputs: Sequence[Any], outputs: Sequence[Any] | None = None) -> list[Any]:
+        """The program's outputs for `inputs`. `outputs`: buffers a one-kernel program may
+        write instead of allocating (a stream loop's slices), when laid out as it writes."""
+        if self._direct and self.observer is None:
+            k = self.runs[0].kernel
+            if k:
+                outs = outputs if outputs is not None and k.can_write_into(outputs) else k.allocate_outputs()
+                k.run(inputs, outs, philox.draw(self.device, self.rng_streams) if self.rng_streams else None)
+                return outs
+        program = self.program
+        env: dict[Any, Any] = dict(self.extents)
+        env.update(zip(program.inputs, inputs))
+        drawn = philox.draw(self.device, self.rng_streams) if self.rng_streams else None
+        state = _State(env, ReferenceExecutor(program.fusion, self.device, drawn), drawn)
+        if self._logical:
+            # Evaluate reads inputs as the reference executor does; kernels get them as given
+            for k, v in self._logical:
+                state.raw[v] = inputs[k]
+                env[v] = logical_input(v, inputs[k], self.device)
+        state.ref.env = env  # Evaluate and the scalars it needs share the program's values
+        if self.observer is None:
+            handlers = self._handlers
+            for e in program.exprs:
+                handlers[type(e)](e, state)
+        else:
+            self._run_observed(program.exprs, state)
+        return [self._output(state, v) for v in program.outputs]
+
+    def _run_observed(self, exprs: Sequence[HostExpr], state: "_State") -> None:
+        starts = {first: u for u, (first, _) in self._spans.items()}
+        stops = {last: u for u, (_, last) in self._spans.items()}
+        token = None
+        for k, e in enumerate(exprs):
+            if k in starts:
+                token = self.observer.start(starts[k])
+            self._handlers[type(e)](e, state)
+            if k in stops:
+                r = self.runs[stops[k]]
+                env = state.env
+                self.observer.stop(stops[k], token, [env.get(v) for v in r.inputs], [env.get(v) for v in r.outputs])
+
+    def _output(self, state: "_State", v: Val) -> Any:
+        got = state.env.get(v)
+        if got is not None:
+            return got
+        if isinstance(v, Scalar):  # host arithmetic on scalars: no segment computes it
+            return state.ref.value(v)
+        raise RuntimeError(f"no segment produced the fusion output {v!r}")
+
+    # --- expressions -----------------------------------------------------------------
+    def _launch(self, e: LaunchKernel, state: "_State") -> None:
+        r = self._run_of[id(e.unit)]
+        env, raw = state.env, state.raw
+        args = [as_declared(env[v], v) if inter else raw.get(v, env[v]) for v, inter in zip(r.inputs, r.intermediate)]
+        if self.use_kernels and r.kernel is None and r.codegen_candidate():
+            try:
+                r.kernel = prepare_kernel(r.group.scheduler, r.fusion, args, self.device)
+            except NotLowerable:
+                r.kernel = False
+        k = r.kernel
+        if k:
+            preset = [env.get(v) for v in e.outputs]
+            if any(p is not None for p in preset) and self._in_place(r, preset):
+                k.run(args, preset, state.drawn)  # into allocated (aliased) buffers
+                return
+            outs = k.allocate_outputs()
+            k.run(args, outs, state.drawn)
+        else:
+            outs = run_on_reference(r.fusion, args, self.device, state.drawn)
+        _bind(env, e.outputs, outs)
+
+    @staticmethod
+    def _in_place(r: UnitRun, preset: list[Any]) -> bool:
+        """Whether the kernel may write `preset` (buffers bound before it: an output aliased
+        to an input it may read) directly: a pointwise kernel reads each input element
+        at the index it writes, and the buffers are laid out as it writes them."""
+        from fuser.scheduler import SchedulerType
+
+        return (r.group.scheduler is SchedulerType.pointwise and all(p is not None for p in preset)
+                and r.kernel.can_write_into(preset))
+
+    def _post(self, e: PostOnStream, state: "_State") -> None:
+        from .executor import run_unit
+
+        args = _unsliced(state, e.inputs, e.in_axes, raw=True)
+        # the unit declares its inputs' layouts: intermediates and slices are made to match
+        declared = e.unit.fusion.inputs
+        given = self._given
+        args = [a if v in given and not (e.in_axes and e.in_axes[k] is not None) else as_declared(a, declared[k])
+                for k, (a, v) in enumerate(zip(args, e.inputs))]
+        env = state.env
+        preset = [env.get(v) for v in e.outputs]
+        if all(isinstance(p, torch.Tensor) for p in preset):
+            preset = [p.unsqueeze(a) if a is not None else p for p, a in zip(preset, e.out_axes or [None] * len(preset))]
+        else:
+            preset = None
+        outs = run_unit(e.unit, args, self.device, preset)
+        _bind(env, e.outputs, _resliced(outs, e.out_axes))
+
+    def _evaluate(self, e: Evaluate, state: "_State") -> None:
+        env = state.env
+        x = e.expr
+        if e.own:
+            if not any(v in env for v in x.outputs):
+                state.ref.run_expr(x)
+                return
+            if not any(isinstance(v, TensorView) for v in x.outputs):
+                return  # scalars computed already (on demand, by an expression reading them)
+        args = _unsliced(state, e.inputs, e.in_axes)
+        dst = env.get(e.outputs[0])
+        if isinstance(x, MatmulOp) and isinstance(dst, torch.Tensor) and all(
+                isinstance(a, torch.Tensor) and a.dtype == dst.dtype for a in args):
+            # straight into its buffer (a stream loop's slice of the whole output)
+            a = e.out_axes[0] if e.out_axes else None
+            torch.matmul(args[0], args[1], out=dst.unsqueeze(a) if a is not None else dst)
+            return
+        outs = state.ref.evaluate(x, args)
+        _bind(env, e.outputs, _resliced(outs, e.out_axes))
+
+    def _allocate(self, e: Allocate, state: "_State") -> None:
+        env = state.env
+        root = self.program.alias_root(e.tv)
+        if root is not e.tv and root in env:
+            env[e.tv] = env[root]
+            return
+        shape = [int(state.ref.value(i.expanded_extent if i.has_expanded_extent else i.extent))
+                 for i in e.tv.logical_no_reductions()]
+        make = torch.zeros if e.zero_init else torch.empty
+        env[e.tv] = make(shape, dtype=e.tv.dtype.torch, device=self.device)
+
+    def _deallocate(self, e: Deallocate, state: "_State") -> None:
+        state.env.pop(e.tv, None)
+
+    def _loop(self, e: ForLoop, state: "_State") -> None:
+        env = state.env
+        stop = int(env[e.stop] if e.stop in env else state.ref.value(e.stop))
+        handlers = self._handlers
+        for i in range(stop):
+            env[e.index] = i
+            for b in e.body:
+                handlers[type(b)](b, state)
+        env.pop(e.index, None)
+
+    def _stream(self, s: Stream, state: "_State") -> Any:
+        if s.index is not None:
+            return state.worker(int(state.env[s.index]), self.device)
+        return state.streams[s.number]
+
+    def _get_stream(self, e: GetCurrentStream, state: "_State") -> None:
+        if self.device.type == "cuda":
+            state.streams[e.stream.number] = torch.cuda.current_stream(self.device)
+
+    def _set_stream(self, e: SetCurrentStream, state: "_State") -> None:
+        if self.device.type == "cuda":
+            torch.cuda.set_stream(self._stream(e.stream, state))
+
+    def _synchronize(self, e: Synchronize, state: "_State") -> None:
+        if self.device.type == "cuda":
+            torch.cuda.current_stream(self.device).wait_stream(self._stream(e.stream, state))
+
+    def _select(self, e: HirAliasSelect, state: "_State") -> None:
+        env = state.env
+        env[e.out] = env[e.tv].select(e.axis, int(env[e.index]))
+
+
+class _State:
+    """One execution's values, reference executor, random-number draw and streams."""
+
+    __slots__ = ("env", "ref", "drawn", "streams", "raw")
+
+    def __init__(self, env: dict, ref: ReferenceExecutor, drawn: Any) -> None:
+        self.env = env
+        self.ref = ref
+        self.drawn = drawn
+        self.streams: dict[int, Any] = {}
+        #: inputs as given where `env` holds the reference executor's view of them
+        self.raw: dict[Val, Any] = {}
+
+    @staticmethod
+    def worker(i: int, device: torch.device) -> Any:
+        return _worker_streams(device)[i % NUM_STREAMS]
+
+
+_WORKERS: dict[Any, list] = {}
+
+
+def _worker_streams(device: torch.device) -> list:
+    """The device's worker streams (made once: creating a stream costs microseconds)."""
+    got = _WORKERS.get(device.index)
+    if got is None:
+        got = _WORKERS[device.index] = [torch.cuda.Stream(device) for _ in range(NUM_STREAMS)]
+    return got
+
+
+def _bind(env: dict, vals: Sequence[Val], outs: Sequence[Any]) -> None:
+    """Bind `outs` to `vals`; a value bound already (an allocated buffer, an alias, a
+    slice of one) is written in place."""
+    for v, o in zip(vals, outs):
+        dst = env.get(v)
+        if isinstance(dst, torch.Tensor) and isinstance(o, torch.Tensor) and dst is not o and not (
+                dst.data_ptr() == o.data_ptr() and dst.shape == o.shape and dst.stride() == o.stride()):
+            dst.copy_(o)
+        else:
+            env[v] = o
+
+
+def _unsliced(state: _State, vals: Sequence[Val], axes: Sequence[int | None], raw: bool = False) -> list[Any]:
+    """The values of `vals` (`raw`: inputs as given, for kernels); a stream loop's slices
+    with their dropped axis back (extent 1)."""
+    env = state.env
+    args = [env[v] if v in env else state.ref.value(v) for v in vals]
+    if raw and state.raw:
+        args = [state.raw.get(v, a) for v, a in zip(vals, args)]
+    for k, a in enumerate(axes):
+        if a is not None:
+            args[k] = args[k].unsqueeze(a)
+    return args
+
+
+def _resliced(outs: Sequence[Any], axes: Sequence[int | None]) -> Sequence[Any]:
+    if not axes:
+        return outs
+    return [o.squeeze(a) if a is not None else o for o, a in zip(outs, axes)]
+
+
+def run_on_reference(fusion: Any, args: Sequence[Any], device: torch.device,
+                     philox_state: tuple[int, int] | None = None) -> list[Any]:
+    """A segment's fusion evaluated by the reference executor on `args`."""
+    binding = BindingPlan.of(fusion).bind(args, device)
+    ex = ReferenceExecutor(fusion, binding.device, philox_state)
+    ex.bind(binding)
+    return ex.run()

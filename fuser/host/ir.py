@@ -1,0 +1,311 @@
+"""Host IR: the program that runs one segmented fusion for one input signature.
+
+A `HostIrContainer` holds the fusion's inputs and outputs and a list of top-level host
+expressions, run in order by `HostIrEvaluator`: launches of generated kernels
+(`LaunchKernel`), segments run by fuser's executor on the current stream
+(`PostOnStream`), expressions PyTorch evaluates (`Evaluate`: matmul, linear, SDPA, scans,
+views; with preallocated outputs), `Allocate` / `Deallocate`, stream loops (`ForLoop` with
+`GetCurrentStream`, `SetCurrentStream`, `Synchronize`, `HirAliasSelect`) and aliases (a
+tensor bound to another's buffer, chains allowed). Values are the complete fusion's own
+`Val`s, plus the local tensors and scalars a pass makes (the slices of a stream loop).
+
+Passes are functions from one container to the next (`HostIrContainer.with_exprs`): the
+container and its expression lists are never edited in place. `str(container)` prints
+it as nvFuser's `NVFUSER_DUMP=host_ir` does (seed 004).
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field, replace
+from typing import Any, Iterator, Sequence
+
+from fuser.ir import DataType, Expr, Fusion, MemoryType, Scalar, TensorDomain, TensorView, Val
+from fuser.ir.base import fusion_guard
+from fuser.ir.printer import expr_str, scalar_str, val_str
+from fuser.segment import SegmentedGroup
+
+
+class HostExpr:
+    """A top-level host expression: what it reads (`inputs`) and binds (`outputs`)."""
+
+    inputs: tuple[Val, ...] = ()
+    outputs: tuple[Val, ...] = ()
+
+    def text(self, indent: str) -> str:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True, eq=False)
+class HostUnit:
+    """One segment of the fusion: its group and the group's own fusion (inputs and outputs
+    are the group's, in the same order)."""
+
+    index: int
+    group: SegmentedGroup
+    fusion: Fusion
+    scheduler: str
+    #: what running it prepares once (PostOnStream: its executor cache entry)
+    cache: dict = field(default_factory=dict, repr=False)
+
+
+@dataclass(frozen=True, eq=False)
+class LaunchKernel(HostExpr):
+    """Run a scheduler segment as its generated kernel (prepared at its first launch; a
+    segment the lowering cannot take runs on the reference executor instead)."""
+
+    unit: HostUnit
+    inputs: tuple[Val, ...]
+    outputs: tuple[Val, ...]
+
+    def text(self, indent: str) -> str:
+        return (f"{indent}{_vals(self.outputs)} = LaunchKernel(HostUnit{self.unit.index} ({self.unit.scheduler}), "
+                f"inputs = {_vals(self.inputs)})\n")
+
+
+@dataclass(frozen=True, eq=False)
+class PostOnStream(HostExpr):
+    """Run a segment's fusion through fuser's executor (segmented, scheduled and compiled
+    for the arguments it gets) on the current stream: a stream loop's compute."""
+
+    unit: HostUnit
+    inputs: tuple[Val, ...]
+    outputs: tuple[Val, ...]
+    #: inside a stream loop: per input / output, the position of the axis its slice
+    #: dropped (None: not sliced); the unit runs on slices that keep it, with extent 1
+    in_axes: tuple[int | None, ...] = ()
+    out_axes: tuple[int | None, ...] = ()
+
+    def text(self, indent: str) -> str:
+        return (f"{indent}{_vals(self.outputs)} = PostOnStream(HostUnit{self.unit.index}, "
+                f"inputs = {_vals(self.inputs)})\n")
+
+
+@dataclass(frozen=True, eq=False)
+class Evaluate(HostExpr):
+    """A Fusion IR expression PyTorch evaluates. `inputs` / `outputs` are what it reads and
+    writes here: the expression's own, or their slices inside a stream loop (`in_axes` /
+    `out_axes` as PostOnStream's). An output bound already (allocated, aliased, a slice of
+    one) is written in place."""
+
+    expr: Expr
+    inputs: tuple[Val, ...]
+    outputs: tuple[Val, ...]
+    #: the segment (HostUnit index) it is part of, for per-segment profiles
+    unit: int | None = None
+    in_axes: tuple[int | None, ...] = ()
+    out_axes: tuple[int | None, ...] = ()
+    #: whether it reads and writes the expression's own values (set from the above)
+    own: bool = field(init=False, default=False)
+
+    def __post_init__(self) -> None:
+        own = not self.in_axes and self.inputs == tuple(self.expr.inputs) and self.outputs == tuple(self.expr.outputs)
+        object.__setattr__(self, "own", own)
+
+    def text(self, indent: str) -> str:
+        e = self.expr
+        text = expr_str(e)
+        # a stream loop evaluates the expression on its slices: print those
+        for old, new in zip((*e.outputs, *e.inputs), (*self.outputs, *self.inputs)):
+            if old is not new:
+                text = text.replace(val_str(old), val_str(new))
+        # one line, as nvFuser's host IR dump prints the expressions it evaluates
+        return indent + " ".join(line.strip() for line in text.strip().split("\n")) + "\n"
+
+
+@dataclass(frozen=True, eq=False)
+class Allocate(HostExpr):
+    """A buffer for `tv` (global memory, of its logical shape), before the expressions
+    that write it; bound to an input's buffer instead when `tv` aliases one."""
+
+    tv: TensorView
+    zero_init: bool = False
+
+    @property
+    def outputs(self) -> tuple[Val, ...]:  # type: ignore[override]
+        return (self.tv,)
+
+    def text(self, indent: str) -> str:
+        size = " * ".join(scalar_str(i.extent) for i in self.tv.logical_no_reductions() if not i.is_broadcast) or "1"
+        if size.count(" * ") > 0:
+            size = f"( {size} )"
+        z = "true" if self.zero_init else "false"
+        return (f"{indent}{val_str(self.tv)} = ALLOCATE(buffer={val_str(self.tv)}, mem_type=global, "
+                f"size={size}, zero_init={z}, resets_to_zero=false)\n")
+
+
+@dataclass(frozen=True, eq=False)
+class Deallocate(HostExpr):
+    """Drop the host program's reference to `tv` after its last reader."""
+
+    tv: TensorView
+
+    @property
+    def inputs(self) -> tuple[Val, ...]:  # type: ignore[override]
+        return (self.tv,)
+
+    def text(self, indent: str) -> str:
+        return f"{indent}Deallocate {val_str(self.tv)}\n"
+
+
+@dataclass(frozen=True, eq=False)
+class Stream:
+    """A stream the host program names: `Stream n` (a stream read from the caller with
+    GetCurrentStream) or, with `index`, worker stream `index % number_of_streams`."""
+
+    number: int | None = None
+    index: Scalar | None = None
+
+    def __str__(self) -> str:
+        if self.index is not None:
+            return f"Stream ( {_sc(self.index)} % numberOfStreams )"
+        return f"Stream {self.number}"
+
+
+@dataclass(frozen=True, eq=False)
+class GetCurrentStream(HostExpr):
+    """Remember the current stream (the caller's) as `stream`."""
+
+    stream: Stream
+
+    def text(self, indent: str) -> str:
+        return f"{indent}GetCurrentStream into {self.stream}\n"
+
+
+@dataclass(frozen=True, eq=False)
+class SetCurrentStream(HostExpr):
+    """Make `stream` current: the expressions after it run on it."""
+
+    stream: Stream
+
+    def text(self, indent: str) -> str:
+        return f"{indent}SetCurrentStream to {self.stream}\n"
+
+
+@dataclass(frozen=True, eq=False)
+class Synchronize(HostExpr):
+    """The current stream waits for the work queued so far on `stream`."""
+
+    stream: Stream
+
+    def text(self, indent: str) -> str:
+        return f"{indent}Synchronize {self.stream}\n"
+
+
+@dataclass(frozen=True, eq=False)
+class HirAliasSelect(HostExpr):
+    """`out` is a view of `tv` at `index` along its axis `axis` (which the view drops)."""
+
+    tv: TensorView
+    axis: int
+    index: Scalar
+    out: TensorView
+
+    @property
+    def inputs(self) -> tuple[Val, ...]:  # type: ignore[override]
+        return (self.tv,)
+
+    @property
+    def outputs(self) -> tuple[Val, ...]:  # type: ignore[override]
+        return (self.out,)
+
+    def text(self, indent: str) -> str:
+        axis = self.tv.logical_no_reductions()[self.axis]
+        return (f"{indent}{val_str(self.out)} = HirAliasSelect( {val_str(self.tv)}, axis = {val_str(axis)}, "
+                f"index = {_sc(self.index)} )\n")
+
+
+@dataclass(frozen=True, eq=False)
+class ForLoop(HostExpr):
+    """`body` once per value of `index` in [0, `stop`) (a stream loop: `stop` is the
+    extent of the stream-parallel axis `axis`)."""
+
+    index: Scalar
+    stop: Val
+    body: tuple[HostExpr, ...]
+    axis: Any = None
+
+    @property
+    def inputs(self) -> tuple[Val, ...]:  # type: ignore[override]
+        """What the body reads from outside it (not the slices and values it binds)."""
+        inner = {v for e in self.body for v in e.outputs}
+        return tuple(dict.fromkeys(v for e in self.body for v in e.inputs if v not in inner and v is not self.index))
+
+    @property
+    def outputs(self) -> tuple[Val, ...]:  # type: ignore[override]
+        return tuple(v for e in self.body for v in e.outputs)
+
+    def text(self, indent: str) -> str:
+        over = val_str(self.axis) if self.axis is not None else _sc(self.stop)
+        inner = "".join(e.text(indent + "  ") for e in self.body)
+        return f"{indent}FOR {_sc(self.index)} in {over}:\n{inner}"
+
+
+@dataclass(frozen=True, eq=False)
+class HostIrContainer:
+    """A host program: `exprs` run in order on `inputs` give `outputs`; `aliases` binds a
+    tensor to another's buffer (out -> in; chains allowed)."""
+
+    fusion: Fusion
+    inputs: tuple[Val, ...]
+    outputs: tuple[Val, ...]
+    exprs: tuple[HostExpr, ...]
+    units: tuple[HostUnit, ...] = ()
+    aliases: dict[Val, Val] = field(default_factory=dict)
+
+    def with_exprs(self, exprs: Sequence[HostExpr]) -> "HostIrContainer":
+        """The same program with other top-level expressions (what a pass returns)."""
+        return replace(self, exprs=tuple(exprs))
+
+    def alias_root(self, v: Val) -> Val:
+        """The tensor whose buffer `v` is, following alias chains."""
+        seen = set()
+        while v in self.aliases:
+            if v in seen:
+                raise ValueError(f"alias cycle through {val_str(v)}")
+            seen.add(v)
+            v = self.aliases[v]
+        return v
+
+    def walk(self) -> Iterator[HostExpr]:
+        """Every expression, loop bodies included, in program order."""
+        for e in self.exprs:
+            yield e
+            if isinstance(e, ForLoop):
+                yield from e.body
+
+    def __str__(self) -> str:
+        body = "".join(e.text("  ") for e in self.exprs)
+        return f"%HostIrContainer {{ {_vals(self.inputs)} -> {_vals(self.outputs)} :\n{body}}} // %HostIrContainer\n"
+
+
+def _vals(vals: Sequence[Val]) -> str:
+    return "(" + ", ".join(val_str(v) for v in vals) + ")"
+
+
+_local_names = itertools.count()
+
+
+def local_slice(tv: TensorView, axis: int) -> TensorView:
+    """A local tensor like `tv` without its axis `axis`: the view HirAliasSelect binds,
+    named in `tv`'s fusion but in no graph of it (no definition, no uses)."""
+    with fusion_guard(tv.fusion):
+        ids = [i.clone_like() for k, i in enumerate(tv.logical_no_reductions()) if k != axis]
+        return TensorView(TensorDomain(ids), tv.dtype, MemoryType.Local)
+
+
+def host_index(fusion: Fusion, name: str = "StreamIdx") -> Scalar:
+    """A host loop's index, printed as `name`."""
+    s = Scalar(DataType.Int, fusion=fusion)
+    s.host_name = name
+    return s
+
+
+def _sc(s: Val) -> str:
+    return getattr(s, "host_name", None) or (scalar_str(s) if isinstance(s, Scalar) else val_str(s))
+
+
+__all__ = [
+    "Allocate", "Deallocate", "Evaluate", "ForLoop", "GetCurrentStream", "HirAliasSelect", "HostExpr",
+    "HostIrContainer", "HostUnit", "LaunchKernel", "PostOnStream", "SetCurrentStream", "Stream", "Synchronize",
+    "local_slice", "host_index",
+]

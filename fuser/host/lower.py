@@ -1,0 +1,122 @@
+"""Lowering a SegmentedFusion to a host program, and the passes over host programs.
+
+`lower_segmented` makes, once per input signature, the program the evaluator runs: a
+`LaunchKernel` per segment a kernel scheduler took, a `PostOnStream` per group of a
+custom segmentation (stream-parallel fusions) that fuser compiles on its own, and the
+expressions of every other segment (expr_eval: matmul, linear, SDPA, scans; no_op: views)
+as `Evaluate`s. Passes then follow: `fuser.host.streams.lower_streams` (stream loops),
+`insert_deallocations` (after each intermediate's last reader).
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+
+from fuser.ir import TensorView, Val
+from fuser.segment import SegmentedFusion, SegmentedGroup
+
+from .ir import Allocate, Deallocate, Evaluate, HostExpr, HostIrContainer, HostUnit, LaunchKernel, PostOnStream
+
+
+def lower_segmented(seg: SegmentedFusion, aliases: dict[Val, Val] | None = None) -> HostIrContainer:
+    """The host program running `seg`'s groups in order (see the module docstring).
+    `aliases` maps an output to the input whose buffer it is (add_output(alias_input=)):
+    it is allocated there, before the expression that writes it, when nothing after that
+    reads the input; else it is written elsewhere and the executor copies it in last."""
+    from fuser.runtime.kernels import generates_kernel
+    from fuser.scheduler import SchedulerType
+
+    from .streams import host_native
+
+    fusion = seg.complete_fusion
+    units: list[HostUnit] = []
+    exprs: list[HostExpr] = []
+    for k, g in enumerate(seg.groups):
+        sched = g.scheduler
+        unit = HostUnit(k, g, g.fusion(), str(sched.value))
+        units.append(unit)
+        if generates_kernel(sched):
+            exprs.append(LaunchKernel(unit, tuple(g.inputs), tuple(g.outputs)))
+        elif sched is SchedulerType.none and not host_native(g.exprs):
+            # a custom segmentation's group: fuser segments and compiles it on its own
+            exprs.append(PostOnStream(unit, tuple(g.inputs), tuple(g.outputs)))
+        else:
+            exprs.extend(Evaluate(e, tuple(e.inputs), tuple(e.outputs), unit=k) for e in g.exprs)
+    aliases = dict(aliases or {})
+    exprs = _allocate_in_place(exprs, aliases)
+    return HostIrContainer(fusion, tuple(fusion.inputs), tuple(fusion.outputs), tuple(exprs), tuple(units), aliases)
+
+
+def _allocate_in_place(exprs: list[HostExpr], aliases: dict[Val, Val]) -> list[HostExpr]:
+    """An Allocate (bound to the aliased input's buffer) before the writer of each aliased
+    output whose input nothing reads after that writer."""
+    if not aliases:
+        return exprs
+    at: dict[int, list[Val]] = {}
+    for out, inp in aliases.items():
+        writer = next((k for k, e in enumerate(exprs) if out in e.outputs), None)
+        last_read = max((k for k, e in enumerate(exprs) if inp in e.inputs), default=-1)
+        if writer is not None and last_read <= writer:
+            at.setdefault(writer, []).append(out)
+    result: list[HostExpr] = []
+    for k, e in enumerate(exprs):
+        result.extend(Allocate(v) for v in at.get(k, ()))  # type: ignore[arg-type]
+        result.append(e)
+    return result
+
+
+def insert_deallocations(program: HostIrContainer) -> HostIrContainer:
+    """`program` with a Deallocate after the last top-level reader of each intermediate
+    tensor (not an input, an output, or a buffer an alias points at)."""
+    keep = set(program.inputs) | set(program.outputs) | set(program.aliases.values()) | set(program.aliases)
+    last: dict[Val, int] = {}
+    for k, e in enumerate(program.exprs):
+        for v in e.inputs:
+            if isinstance(v, TensorView) and v not in keep:
+                last[v] = k
+    after: dict[int, list[Val]] = {}
+    for v, k in last.items():
+        after.setdefault(k, []).append(v)
+    out: list[HostExpr] = []
+    for k, e in enumerate(program.exprs):
+        out.append(e)
+        out.extend(Deallocate(v) for v in after.get(k, ()))  # type: ignore[arg-type]
+    return program.with_exprs(out)
+
+
+def as_declared(x: Any, tv: Val) -> Any:
+    """An intermediate laid out as a group input declares it: dense in logical order,
+    stride 0 along expanded broadcast axes."""
+    if not isinstance(x, torch.Tensor) or not isinstance(tv, TensorView):
+        return x
+    ids = tv.logical_no_reductions()
+    expanded = [d for d, i in enumerate(ids) if i.has_expanded_extent]
+    if not expanded:
+        return x if x.is_contiguous() else x.contiguous()
+    base = x
+    for d in expanded:
+        base = base.narrow(d, 0, min(1, x.shape[d]))
+    if base.is_contiguous() and all(x.stride(d) == 0 or x.shape[d] <= 1 for d in expanded):
+        return x
+    return base.contiguous().expand(x.shape)
+
+
+def example_args(seg: SegmentedFusion, group: SegmentedGroup, inputs: Sequence[Any]) -> list[Any]:
+    """Arguments shaped like the ones `group` gets when `seg` runs on `inputs`, without
+    running anything: fusion inputs as given, intermediates as dense meta tensors."""
+    fusion = seg.complete_fusion
+    given = dict(zip(fusion.inputs, inputs))
+    info = seg.runtime_info
+    args = []
+    for v in group.inputs:
+        if v in given:
+            args.append(given[v])
+        elif isinstance(v, TensorView):
+            args.append(as_declared(torch.empty(info.shape(v), dtype=v.dtype.torch, device="meta"), v))
+        else:
+            args.append(info.evaluate(v))
+    return args
+
+
+__all__ = ["as_declared", "example_args", "insert_deallocations", "lower_segmented"]

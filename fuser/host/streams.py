@@ -1,0 +1,208 @@
+"""Stream parallelism (seed 004): an axis parallelised with `ParallelType.Stream` becomes
+a host loop over it whose iterations run on worker streams.
+
+A fusion with stream-parallel axes is segmented with `should_merge` (no scheduler is
+asked): a group is stream-parallel or not, and only groups of the same kind merge, so a
+non-stream-parallel consumer between two stream-parallel expressions splits them. Then
+`lower_streams` turns each run of consecutive stream-parallel top-level expressions into
+one loop:
+
+    ALLOCATE each tensor the loop writes (whole, once, before the loop)
+    FOR StreamIdx in <the stream axis>:
+      GetCurrentStream into Stream n            (the caller's stream)
+      SetCurrentStream to Stream ( StreamIdx % numberOfStreams )
+      Synchronize Stream n                      (the worker waits for the caller's work)
+      HirAliasSelect of each input and output along its stream axis, then the expression
+      SetCurrentStream to Stream n
+      Synchronize Stream ( StreamIdx % numberOfStreams )   (the caller waits for the worker)
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+from fuser.ir import (
+    AtenOp,
+    BroadcastOp,
+    ExpandOp,
+    Expr,
+    Fusion,
+    IterDomain,
+    LinearOp,
+    LoadStoreOp,
+    MatmulOp,
+    ParallelType,
+    ReshapeOp,
+    SqueezeOp,
+    TensorView,
+    Val,
+)
+from fuser.ir.mapping import ExactMap
+from fuser.segment import SegmentedGroup
+
+from .ir import (
+    Allocate,
+    Evaluate,
+    ForLoop,
+    GetCurrentStream,
+    HirAliasSelect,
+    HostExpr,
+    HostIrContainer,
+    PostOnStream,
+    SetCurrentStream,
+    Stream,
+    Synchronize,
+    host_index,
+    local_slice,
+)
+
+#: expressions PyTorch runs as well as a kernel would (or better): a group of only these
+#: is evaluated expression by expression, any other group runs as a unit through fuser
+HOST_NATIVE = (LoadStoreOp, MatmulOp, LinearOp, AtenOp, ReshapeOp, SqueezeOp, BroadcastOp, ExpandOp)
+
+
+def stream_axis(tv: Val) -> int | None:
+    """The position of `tv`'s stream-parallel logical axis, or None."""
+    if not isinstance(tv, TensorView):
+        return None
+    for k, i in enumerate(tv.logical_no_reductions()):
+        if i.parallel_type is ParallelType.Stream:
+            return k
+    return None
+
+
+def has_stream_axes(fusion: Fusion) -> bool:
+    """Whether any tensor of `fusion` has a stream-parallel axis (it is lowered to loops)."""
+    return any(stream_axis(tv) is not None for tv in fusion.tensors())
+
+
+def _group_is_stream(g: SegmentedGroup) -> bool:
+    return any(stream_axis(o) is not None for e in g.exprs for o in e.outputs)
+
+
+def should_merge(a: SegmentedGroup, b: SegmentedGroup) -> bool:
+    """The segmenter's custom predicate for stream-parallel fusions: groups merge when
+    both are stream-parallel or neither is, and neither holds an ATen-run op (matmul,
+    linear, SDPA, ...), which stays a host expression of its own."""
+    if _group_is_stream(a) != _group_is_stream(b):
+        return False
+    heavy = (MatmulOp, LinearOp, AtenOp)
+    return not any(isinstance(e, heavy) for g in (a, b) for e in g.exprs)
+
+
+def host_native(exprs: Sequence[Expr]) -> bool:
+    """Whether a custom group of `exprs` is evaluated expression by expression."""
+    return all(isinstance(e, HOST_NATIVE) for e in exprs)
+
+
+def lower_streams(program: HostIrContainer) -> HostIrContainer:
+    """`program` with each run of stream-parallel top-level expressions in one stream
+    loop (see the module docstring); `program` itself when it has none."""
+    exprs = program.exprs
+    if not any(_out_axis(e) is not None for e in exprs):
+        return program
+    exact = ExactMap(program.fusion)
+    out: list[HostExpr] = []
+    run: list[HostExpr] = []
+    loops = 0
+
+    def flush() -> None:
+        nonlocal loops
+        if run:
+            out.extend(_loop(run, exact, program.fusion, 2 * loops))
+            loops += 1
+            run.clear()
+
+    for e in exprs:
+        if _out_axis(e) is not None:
+            run.append(e)
+        else:
+            flush()
+            out.append(e)
+    flush()
+    return program.with_exprs(out)
+
+
+def _out_axis(e: HostExpr) -> int | None:
+    if not isinstance(e, (Evaluate, PostOnStream)):
+        return None
+    for o in e.outputs:
+        k = stream_axis(o)
+        if k is not None:
+            return k
+    return None
+
+
+def _mapped_axis(tv: Val, axis: IterDomain, exact: ExactMap, e: HostExpr | None = None) -> int | None:
+    """The position of `tv`'s logical axis that is `axis`, or None (it has no such axis).
+    A matmul's or linear's operands map by position (no exact mapping crosses them)."""
+    if not isinstance(tv, TensorView):
+        return None
+    ids = tv.logical_no_reductions()
+    for k, i in enumerate(ids):
+        if not i.is_broadcast and exact.same(i, axis):
+            return k
+    x = e.expr if isinstance(e, Evaluate) else None
+    if isinstance(x, (MatmulOp, LinearOp)) and tv in x.inputs:
+        out = x.outputs[0].logical_no_reductions()
+        pos = next((k for k, i in enumerate(out) if exact.same(i, axis)), None)
+        if pos is None:
+            return None
+        from_right = len(out) - pos  # 1: N, 2: M (matmul) or the last batch-like axis
+        if isinstance(x, MatmulOp):
+            a, b = x.inputs[0], x.inputs[1]
+            if tv is b:
+                k = len(ids) - 1 if from_right == 1 else (len(ids) - from_right if from_right > 2 else None)
+            else:
+                k = len(ids) - 2 if from_right == 2 and len(ids) >= 2 else (
+                    len(ids) - from_right if from_right > 2 else None)
+        else:  # linear: x [..., K] @ w[N, K]^T + bias[N]
+            if tv is x.inputs[0]:
+                k = len(ids) - from_right if from_right > 1 else None
+            else:
+                k = 0 if from_right == 1 else None
+        return k if k is not None and 0 <= k < len(ids) and not ids[k].is_broadcast else None
+    return None
+
+
+def _loop(run: list[HostExpr], exact: ExactMap, fusion: Fusion, number: int) -> list[HostExpr]:
+    first = run[0]
+    out_tv = next(o for o in first.outputs if stream_axis(o) is not None)
+    axis = out_tv.logical_no_reductions()[stream_axis(out_tv)]
+    index = host_index(fusion)
+    caller, worker = Stream(number=number), Stream(index=index)
+    written = [o for e in run for o in e.outputs if isinstance(o, TensorView)]
+    before: list[HostExpr] = [Allocate(tv) for tv in written]  # type: ignore[arg-type]
+    body: list[HostExpr] = [GetCurrentStream(caller), SetCurrentStream(worker), Synchronize(caller)]
+    slices: dict[Val, tuple[TensorView, int]] = {}
+
+    def sliced(v: Val) -> tuple[Val, int | None]:
+        got = slices.get(v)
+        if got is not None:
+            return got
+        k = _mapped_axis(v, axis, exact, current)
+        if k is None:
+            return v, None
+        s = local_slice(v, k)  # type: ignore[arg-type]
+        body.append(HirAliasSelect(v, k, index, s))  # type: ignore[arg-type]
+        slices[v] = (s, k)
+        return s, k
+
+    current: HostExpr | None = None
+    for e in run:
+        current = e
+        ins = [sliced(v) for v in e.inputs]
+        outs = [sliced(v) for v in e.outputs]
+        if any(k is None for _, k in outs):
+            raise NotImplementedError(
+                f"stream parallelism: an output of {type(e).__name__} has no axis mapped to the stream axis "
+                f"{axis!r} (a reduction over the stream-parallel axis is not supported)")
+        in_axes = tuple(k for _, k in ins)
+        out_axes = tuple(k for _, k in outs)
+        if isinstance(e, Evaluate):
+            body.append(Evaluate(e.expr, tuple(v for v, _ in ins), tuple(v for v, _ in outs), e.unit,
+                                 in_axes=in_axes, out_axes=out_axes))
+        else:
+            body.append(PostOnStream(e.unit, tuple(v for v, _ in ins), tuple(v for v, _ in outs),  # type: ignore[union-attr]
+                                     in_axes=in_axes, out_axes=out_axes))
+    body += [SetCurrentStream(caller), Synchronize(worker)]
+    return before + [ForLoop(index, axis.extent, tuple(body), axis=axis)]

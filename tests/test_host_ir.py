@@ -1,0 +1,207 @@
+"""Host IR: every fusion runs as a host program (fuser/host), printed as seed 004's dumps;
+stream-parallel axes become loops over worker streams; outputs aliased to inputs are
+written into the input's buffer. Each case runs on CPU and (marked gpu) on CUDA."""
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+from fuser import DataType, FusionDefinition, ParallelType
+from fuser.host.evaluator import HostIrEvaluator
+from fuser.host.ir import Allocate, Deallocate, Evaluate, ForLoop, HirAliasSelect, LaunchKernel
+from fuser.runtime.tolerance import assert_close
+
+
+@pytest.fixture(params=["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def device(request):
+    return request.param
+
+
+def _rand(*shape, device="cpu"):
+    x = torch.randn(shape, device=device)
+    return x + 0.25 * x.sign()
+
+
+def _sets(n: int, stream: tuple[bool, ...]) -> FusionDefinition:
+    """Seed 004's examples: `n` chained set ops, output k stream-parallel where stream[k]."""
+    with FusionDefinition() as fd:
+        t = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float)
+        outs = []
+        for k in range(n):
+            t = fd.ops.set(t)
+            outs.append(t)
+        fd.add_output(t)
+        for t, s in zip(outs, stream):
+            if s:
+                t.axis(0).parallelize(ParallelType.stream)
+    return fd
+
+
+def _program(fd: FusionDefinition):
+    runner = fd._entry.last_runner
+    assert isinstance(runner, HostIrEvaluator)
+    return runner.program
+
+
+def _shape(program) -> list:
+    """The program's structure: top-level expression kinds, loops with their bodies."""
+    def one(e):
+        if isinstance(e, ForLoop):
+            return ("for", [type(b).__name__ for b in e.body])
+        return type(e).__name__
+    return [one(e) for e in program.exprs if not isinstance(e, Deallocate)]
+
+
+_LOOP = ["GetCurrentStream", "SetCurrentStream", "Synchronize"]
+_END = ["SetCurrentStream", "Synchronize"]
+
+
+@pytest.mark.parametrize("case, n, stream, expected", [
+    ("SingleSetOp", 1, (True,),
+     ["Allocate", ("for", _LOOP + ["HirAliasSelect", "HirAliasSelect", "Evaluate"] + _END)]),
+    ("TwoSetOps", 2, (True, True),
+     ["Allocate", "Allocate", ("for", _LOOP + ["HirAliasSelect", "HirAliasSelect", "Evaluate",
+                                               "HirAliasSelect", "Evaluate"] + _END)]),
+    ("ThreeSetOpsWithDisjointsForLoops", 3, (True, False, True),
+     ["Allocate", ("for", _LOOP + ["HirAliasSelect", "HirAliasSelect", "Evaluate"] + _END), "Evaluate",
+      "Allocate", ("for", _LOOP + ["HirAliasSelect", "HirAliasSelect", "Evaluate"] + _END)]),
+])
+def test_seed_004_stream_loops(device, case, n, stream, expected):
+    fd = _sets(n, stream)
+    x = _rand(6, 40, device=device)
+    (out,) = fd.execute([x])
+    assert torch.equal(out, x)
+    program = _program(fd)
+    assert _shape(program) == expected, f"{case}\n{program}"
+    text = str(program)
+    # the dump's lines, as seed 004 prints them
+    assert text.startswith("%HostIrContainer { (T0_g_float[iS0{i0}, iS1{i1}]) -> (T")
+    assert "FOR StreamIdx in iStreamIdx" in text
+    assert "SetCurrentStream to Stream ( StreamIdx % numberOfStreams )" in text
+    assert re.search(r"= HirAliasSelect\( T0_g_float\[iS0\{i0\}, iS1\{i1\}\], axis = iS0\{i0\}, index = StreamIdx \)", text)
+    assert re.search(r"T\d+_l_float\[iS\d+\{i1\}\] = Set\( T\d+_l_float\[iS\d+\{i1\}\], cache_op=Streaming \)", text)
+    assert text.count("FOR StreamIdx") == (2 if case.startswith("Three") else 1)
+    assert text.rstrip().endswith("} // %HostIrContainer")
+
+
+def test_stream_loop_dump_with_fuser_dump(capsys, monkeypatch):
+    monkeypatch.setenv("FUSER_DUMP", "host_ir")
+    fd = _sets(2, (True, True))
+    fd.execute([_rand(3, 5)])
+    err = capsys.readouterr()
+    text = err.out + err.err
+    assert "%HostIrContainer" in text and "FOR StreamIdx in iStreamIdx" in text
+
+
+def test_stream_loop_of_pointwise_and_matmul_matches_eager(device):
+    """A matmul (ATen) and pointwise work in one stream loop over the rows: each
+    iteration's slice on a worker stream, the pointwise group compiled by fuser."""
+    a = _rand(8, 32, device=device)
+    b = _rand(32, 16, device=device)
+    c = _rand(8, 16, device=device)
+    with FusionDefinition() as fd:
+        ta = fd.from_pytorch(a)
+        tb = fd.from_pytorch(b)
+        tc = fd.from_pytorch(c)
+        m = fd.ops.matmul(ta, tb)
+        r = fd.ops.relu(m)
+        p = fd.ops.mul(r, tc)
+        y = fd.ops.add(p, 1.0)
+        fd.add_output(y)
+        for t in (m, r, p, y):  # as in nvFuser, each tensor the loop computes says so
+            t.axis(0).parallelize(ParallelType.stream)
+    (out,) = fd.execute([a, b, c])
+    want = torch.relu(a @ b) * c + 1.0
+    assert_close(out, want, rtol=1e-4, atol=1e-4)
+    program = _program(fd)
+    loops = [e for e in program.exprs if isinstance(e, ForLoop)]
+    assert len(loops) == 1, program
+    kinds = [type(b).__name__ for b in loops[0].body]
+    assert "Evaluate" in kinds and "PostOnStream" in kinds, program
+
+
+def test_stream_axis_refuses_what_it_cannot_be(device):
+    with FusionDefinition() as fd:
+        t0 = fd.define_tensor(shape=[-1, 1], contiguity=[True, None], dtype=DataType.Float)
+        with pytest.raises(Exception, match="broadcast"):
+            t0.axis(1).parallelize(ParallelType.stream)
+        with pytest.raises(Exception, match="out of range"):
+            t0.axis(2).parallelize(ParallelType.stream)
+        with pytest.raises(Exception, match="only ParallelType.stream"):
+            fd.sched.parallelize(t0, 0, ParallelType.TIDx)
+        fd.add_output(fd.ops.set(t0))
+
+
+def test_every_fusion_runs_as_a_host_program(device):
+    """A multi-segment fusion (a reduction feeding pointwise work and a matmul):
+    LaunchKernel / Evaluate expressions, intermediates deallocated after their last reader."""
+    x = _rand(16, 24, device=device)
+    w = _rand(24, 8, device=device)
+    with FusionDefinition() as fd:
+        tx = fd.from_pytorch(x)
+        tw = fd.from_pytorch(w)
+        s = fd.ops.sum(tx, dims=[1], keepdim=True)
+        y = fd.ops.div(tx, s)
+        fd.add_output(fd.ops.matmul(y, tw))
+    (out,) = fd.execute([x, w])
+    assert_close(out, (x / x.sum(1, keepdim=True)) @ w, rtol=1e-4, atol=1e-4)
+    program = _program(fd)
+    kinds = {type(e) for e in program.exprs}
+    assert Evaluate in kinds and Deallocate in kinds, program
+    assert (LaunchKernel in kinds) == (len(program.units) > sum(
+        1 for u in program.units if u.scheduler in ("expr_eval", "no_op"))), program
+    # every intermediate is dropped after its last reader, and nothing else is
+    dropped = [e.tv for e in program.exprs if isinstance(e, Deallocate)]
+    assert dropped and not set(dropped) & (set(program.inputs) | set(program.outputs))
+
+
+def test_output_aliased_to_input_is_written_in_place(device):
+    """add_output(alias_input=): the input's own buffer holds the result (same data pointer)."""
+    x = _rand(64, 33, device=device)
+    before = x.clone()
+    ptr = x.data_ptr()
+    with FusionDefinition() as fd:
+        t0 = fd.from_pytorch(x)
+        y = fd.ops.mul(fd.ops.add(t0, 1.0), 2.0)
+        fd.add_output(y, alias_input=t0)
+    outs = fd.execute([x])
+    assert outs == [] or all(o.data_ptr() == ptr for o in outs)
+    assert x.data_ptr() == ptr
+    assert_close(x, (before + 1.0) * 2.0)
+    program = _program(fd)
+    assert any(isinstance(e, Allocate) for e in program.exprs), program
+
+
+def test_aliased_input_read_after_its_writer_is_copied_last(device):
+    """The aliased input is read again after the segment writing its alias: that segment
+    writes elsewhere, and the input is updated at the end (its old values stay readable)."""
+    x = _rand(32, 48, device=device)
+    before = x.clone()
+    with FusionDefinition() as fd:
+        t0 = fd.from_pytorch(x)
+        y = fd.ops.add(t0, 1.0)
+        m = fd.ops.max(t0, dims=[0, 1])  # reads x: a reduction segment of its own
+        fd.add_output(fd.ops.add(y, m), alias_input=t0)
+        fd.add_output(fd.ops.sum(t0, dims=[1]))
+    (s,) = fd.execute([x])
+    assert_close(x, before + 1.0 + before.max(), rtol=1e-5, atol=1e-5)
+    assert_close(s, before.sum(1), rtol=1e-5, atol=1e-4)
+
+
+def test_user_segments_run_through_the_host_program(device):
+    """fd.segment() then execute: the segments run as PostOnStream units of one program."""
+    x = _rand(16, 64, device=device)
+    w = _rand(64, 32, device=device)
+    with FusionDefinition() as fd:
+        tx = fd.from_pytorch(x)
+        tw = fd.from_pytorch(w)
+        y = fd.ops.relu(fd.ops.matmul(tx, tw))
+        fd.add_output(fd.ops.sum(y, dims=[1]))
+    segments = fd.segment([x, w])
+    assert len(segments) >= 2
+    (out,) = fd.execute([x, w])
+    assert_close(out, torch.relu(x @ w).sum(1), rtol=1e-4, atol=1e-3)
+    kinds = [type(e).__name__ for e in fd._segment_program.exprs]
+    assert kinds.count("PostOnStream") == len(segments)
