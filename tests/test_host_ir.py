@@ -10,7 +10,7 @@ import torch
 
 from fuser import DataType, FusionDefinition, ParallelType
 from fuser.host.evaluator import HostIrEvaluator
-from fuser.host.ir import Allocate, Deallocate, Evaluate, ForLoop, HirAliasSelect, LaunchKernel
+from fuser.host.ir import Allocate, Deallocate, Evaluate, ForLoop, LaunchKernel
 from fuser.runtime.tolerance import assert_close
 
 

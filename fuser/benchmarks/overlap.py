@@ -15,9 +15,9 @@ from fuser import DataType, FusionDefinition, ParallelType
 
 from . import kernel_time
 
-#: (chunks, rows per chunk, K, N): bf16 GEMM-sized shapes where one chunk's matmul does
-#: not fill the GPU alone for long
-SHAPES = ((4, 2048, 4096, 4096), (8, 1024, 4096, 4096), (8, 2048, 2048, 8192))
+#: (chunks, rows per chunk, K, N): bf16 GEMMs from compute-bound (large K) to ones whose
+#: pointwise part weighs as much as the matmul (small K, wide N)
+SHAPES = ((4, 2048, 4096, 4096), (8, 1024, 4096, 4096), (8, 2048, 1024, 8192), (16, 512, 512, 8192))
 
 
 def define(stream: bool) -> FusionDefinition:
@@ -58,6 +58,9 @@ class OverlapRow:
     matmul_us: float
     pointwise_us: float
     sequential_us: float
+    #: the host's time to issue one call of the loop (µs), and whether that bounds it
+    loop_host_us: float = 0.0
+    host_bound: bool = False
 
     @property
     def parts_us(self) -> float:
@@ -82,8 +85,9 @@ def run(shapes=SHAPES, iters: int = 20, repeats: int = 5) -> list[OverlapRow]:
         def t(fn: Callable[[], object]) -> float:
             return kernel_time(fn, iters=iters, repeats=repeats).us
 
-        rows.append(OverlapRow((c, s, k, n), t(lambda: loop.execute([x, w])), t(lambda: torch.matmul(x, w)),
-                               t(lambda: pw.execute([m])), t(lambda: seq.execute([x, w]))))
+        lt = kernel_time(lambda: loop.execute([x, w]), iters=iters, repeats=repeats)
+        rows.append(OverlapRow((c, s, k, n), lt.us, t(lambda: torch.matmul(x, w)), t(lambda: pw.execute([m])),
+                               t(lambda: seq.execute([x, w])), lt.host_us, lt.host_bound))
     return rows
 
 
@@ -96,10 +100,11 @@ def _pointwise() -> FusionDefinition:
 
 def table(rows: list[OverlapRow], device: str) -> str:
     head = ("C x S x K x N", "stream loop", "matmul alone", "pointwise alone", "sum of parts", "loop / sum",
-            "no stream axis")
+            "no stream axis", "loop host")
     lines = [f"stream-parallel matmul + pointwise on {device} (bf16; µs per call, CUDA events)",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         lines.append(f"| {' x '.join(map(str, r.shape))} | {r.loop_us:.1f} | {r.matmul_us:.1f} | "
-                     f"{r.pointwise_us:.1f} | {r.parts_us:.1f} | {r.loop_us / r.parts_us:.2f} | {r.sequential_us:.1f} |")
+                     f"{r.pointwise_us:.1f} | {r.parts_us:.1f} | {r.loop_us / r.parts_us:.2f} | {r.sequential_us:.1f} | "
+                     f"{r.loop_host_us:.1f}{' (host-bound)' if r.host_bound else ''} |")
     return "\n".join(lines)

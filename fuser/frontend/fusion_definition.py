@@ -485,7 +485,8 @@ class FusionDefinition:
         self._profile = None
         self._ensure_defined()
         inputs = _flatten_inputs(inputs)
-        _check_options(_enable_options, _disable_options)
+        if _enable_options or _disable_options:  # the defaults, () and (), need no checking
+            _check_options(_enable_options, _disable_options)
         if _disable_options and "matmul_expr_eval" in _disable_options:
             _refuse_matmul_codegen(self.fusion)
         if save_repro_inputs:
@@ -495,6 +496,8 @@ class FusionDefinition:
         captured = io.StringIO() if capture_debug_output else None
         self._debug_output = None
         try:
+            if captured is None:  # the cached path: no context manager to enter
+                return self._run(inputs, device, profile)
             with _capturing(captured):
                 return self._run(inputs, device, profile)
         except Exception as err:
@@ -806,6 +809,8 @@ def _capturing(buffer: io.StringIO | None):
 
 def _flatten_inputs(inputs: Sequence[Any]) -> list[Any]:
     """nvFuser's execute spreads a list or tuple input (a vector of sizes) into scalar inputs."""
+    if not any(isinstance(x, (list, tuple)) for x in inputs):
+        return inputs if isinstance(inputs, list) else list(inputs)
     flat: list[Any] = []
     for x in inputs:
         if isinstance(x, (list, tuple)):

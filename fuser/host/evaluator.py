@@ -14,7 +14,7 @@ from typing import Any, Callable, NamedTuple, Sequence
 
 import torch
 
-from fuser.ir import MatmulOp, Scalar, TensorView, Val
+from fuser.ir import LinearOp, MatmulOp, Scalar, TensorView, Val
 from fuser.lower.lower import NotLowerable
 from fuser.runtime import philox
 from fuser.runtime.binding import Binding, BindingPlan
@@ -235,7 +235,8 @@ class HostIrEvaluator:
     def _evaluate(self, e: Evaluate, state: "_State") -> None:
         env = state.env
         x = e.expr
-        if e.own:
+        native = isinstance(x, (MatmulOp, LinearOp))
+        if e.own and not native:
             if not any(v in env for v in x.outputs):
                 state.ref.run_expr(x)
                 return
@@ -243,12 +244,14 @@ class HostIrEvaluator:
                 return  # scalars computed already (on demand, by an expression reading them)
         args = _unsliced(state, e.inputs, e.in_axes)
         dst = env.get(e.outputs[0])
-        if isinstance(x, MatmulOp) and isinstance(dst, torch.Tensor) and all(
-                isinstance(a, torch.Tensor) and a.dtype == dst.dtype for a in args):
-            # straight into its buffer (a stream loop's slice of the whole output)
+        if native:
             a = e.out_axes[0] if e.out_axes else None
-            torch.matmul(args[0], args[1], out=dst.unsqueeze(a) if a is not None else dst)
-            return
+            out = dst.unsqueeze(a) if isinstance(dst, torch.Tensor) and a is not None else dst
+            got = _aten(x, args, out)
+            if got is not None:
+                if got is not out:
+                    _bind(env, e.outputs, _resliced([got], e.out_axes))
+                return
         outs = state.ref.evaluate(x, args)
         _bind(env, e.outputs, _resliced(outs, e.out_axes))
 
@@ -291,7 +294,14 @@ class HostIrEvaluator:
 
     def _synchronize(self, e: Synchronize, state: "_State") -> None:
         if self.device.type == "cuda":
-            torch.cuda.current_stream(self.device).wait_stream(self._stream(e.stream, state))
+            src = self._stream(e.stream, state)
+            # one event per stream, recorded anew each time (a wait takes the event's state
+            # when it is issued): creating an event per wait costs more than the wait
+            ev = _EVENTS.get(src.cuda_stream)
+            if ev is None:
+                ev = _EVENTS[src.cuda_stream] = torch.cuda.Event()
+            ev.record(src)
+            torch.cuda.current_stream(self.device).wait_event(ev)
 
     def _select(self, e: HirAliasSelect, state: "_State") -> None:
         env = state.env
@@ -317,6 +327,8 @@ class _State:
 
 
 _WORKERS: dict[Any, list] = {}
+#: per stream handle: the event Synchronize records on it
+_EVENTS: dict[int, Any] = {}
 
 
 def _worker_streams(device: torch.device) -> list:
@@ -337,6 +349,27 @@ def _bind(env: dict, vals: Sequence[Val], outs: Sequence[Any]) -> None:
             dst.copy_(o)
         else:
             env[v] = o
+
+
+def _aten(x: Any, args: Sequence[Any], out: Any) -> Any:
+    """A matmul or linear as ATen runs it on its operands' own dtype (cuBLAS in bf16 for
+    bf16 operands, as eager PyTorch and nvFuser's expression evaluator do), written into
+    `out` when that is a tensor; None where the operands' dtypes differ from the output's
+    (the reference executor's type handling decides those)."""
+    dt = x.outputs[0].dtype.torch
+    if not all(isinstance(a, torch.Tensor) and a.dtype == dt for a in args):
+        return None
+    if isinstance(x, MatmulOp):
+        if isinstance(out, torch.Tensor):
+            return torch.matmul(args[0], args[1], out=out)
+        return torch.matmul(args[0], args[1])
+    if args[1].ndim != 2:  # a 1-D weight: the reference executor's special cases
+        return None
+    got = torch.nn.functional.linear(*args)
+    if isinstance(out, torch.Tensor):
+        out.copy_(got)
+        return out
+    return got
 
 
 def _unsliced(state: _State, vals: Sequence[Val], axes: Sequence[int | None], raw: bool = False) -> list[Any]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterator, Sequence
+from typing import Any, ClassVar, Iterator, Sequence
 
 from fuser.ir import DataType, Expr, Fusion, MemoryType, Scalar, TensorDomain, TensorView, Val
 from fuser.ir.base import fusion_guard
@@ -162,33 +162,32 @@ class Stream:
 
 
 @dataclass(frozen=True, eq=False)
-class GetCurrentStream(HostExpr):
+class _StreamExpr(HostExpr):
+    """A host expression about one stream, printed as `<verb> <stream>`."""
+
+    stream: Stream
+    verb: ClassVar[str] = ""
+
+    def text(self, indent: str) -> str:
+        return f"{indent}{self.verb} {self.stream}\n"
+
+
+class GetCurrentStream(_StreamExpr):
     """Remember the current stream (the caller's) as `stream`."""
 
-    stream: Stream
-
-    def text(self, indent: str) -> str:
-        return f"{indent}GetCurrentStream into {self.stream}\n"
+    verb = "GetCurrentStream into"
 
 
-@dataclass(frozen=True, eq=False)
-class SetCurrentStream(HostExpr):
+class SetCurrentStream(_StreamExpr):
     """Make `stream` current: the expressions after it run on it."""
 
-    stream: Stream
-
-    def text(self, indent: str) -> str:
-        return f"{indent}SetCurrentStream to {self.stream}\n"
+    verb = "SetCurrentStream to"
 
 
-@dataclass(frozen=True, eq=False)
-class Synchronize(HostExpr):
+class Synchronize(_StreamExpr):
     """The current stream waits for the work queued so far on `stream`."""
 
-    stream: Stream
-
-    def text(self, indent: str) -> str:
-        return f"{indent}Synchronize {self.stream}\n"
+    verb = "Synchronize"
 
 
 @dataclass(frozen=True, eq=False)

@@ -149,7 +149,7 @@ def _mapped_axis(tv: Val, axis: IterDomain, exact: ExactMap, e: HostExpr | None 
             return None
         from_right = len(out) - pos  # 1: N, 2: M (matmul) or the last batch-like axis
         if isinstance(x, MatmulOp):
-            a, b = x.inputs[0], x.inputs[1]
+            b = x.inputs[1]
             if tv is b:
                 k = len(ids) - 1 if from_right == 1 else (len(ids) - from_right if from_right > 2 else None)
             else:
