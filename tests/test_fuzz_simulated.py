@@ -341,6 +341,19 @@ def _pad_inside_a_merged_inner_axis(fd, xs):
     fd.add_output(fd.ops.add(t, 1.0))
 
 
+def _reshape_of_an_expanded_input(fd, xs):
+    """A reshape merging an axis with an expanded broadcast ([7, 1 ex 8] -> [56]) beside an
+    output that never iterates the 8 (GPU fuzz seed 10305 case 350): the pointwise scheduler
+    must not take an output its reference's loop nest cannot reach (it fell back)."""
+    t0 = fd.define_tensor(shape=[-1, -1], contiguity=[True, None], dtype=DataType.Float)
+    t1 = fd.define_tensor(shape=[-1, -1, 33], contiguity=[True, True, None], dtype=DataType.Float, stride_order=[0, 2, 1])
+    t4 = fd.ops.gt(fd.ops.min(t0, dims=[-1], keepdim=True), 0.0)
+    t5 = fd.ops.broadcast_in_dim(t4, shape=[7, t1.size(1), 33, 1], broadcast_dims=[0, 3])
+    t7 = fd.ops.broadcast_in_dim(t1, shape=[7, t1.size(1), t1.size(2), 1], broadcast_dims=[0, 1, 2])
+    fd.add_output(fd.ops.where(t5, t5, t7))
+    fd.add_output(fd.ops.reshape(t0, new_shape=[56]))
+
+
 #: (name, build, inputs): the bug classes the simulated fuzz runs found, each fixed at its
 #: cause (a wrong index, an unwritten or misread element, a spurious error)
 FOUND = [
@@ -353,6 +366,8 @@ FOUND = [
     ("gather_int32_expanded_index", _gather_int32_expanded_index, lambda: [_rand(4, 16, 32)]),
     ("axis_through_a_slice", _axis_through_a_slice, lambda: [_rand(1, 8)]),
     ("axis_beside_its_pad", _axis_beside_its_pad, lambda: [_rand(8, 7)]),
+    ("reshape_of_an_expanded_input", _reshape_of_an_expanded_input,
+     lambda: [_rand(7, 1).expand(7, 8), _rand(32, 33, 1).permute(2, 0, 1).expand(7, 32, 33)]),
     ("pad_inside_a_merged_inner_axis", _pad_inside_a_merged_inner_axis, lambda: [_rand(32, 3).permute(1, 0)]),
 ]
 

@@ -208,9 +208,11 @@ class FusionAnalysis:
         self.outputs = set(fusion.outputs)
 
     def _relation(self, ins, outs) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        """(input axes, output axes) of a transform; broadcast axes iterate over nothing."""
+        """(input axes, output axes) of a transform; broadcast axes iterate over nothing,
+        except expanded ones, whose extent a reshape counts ([7, 1 ex 8] -> [56])."""
         def ids(xs):
-            return tuple(self.id_of(i) for i in xs if isinstance(i, IterDomain) and not i.is_broadcast)
+            return tuple(self.id_of(i) for i in xs
+                         if isinstance(i, IterDomain) and (not i.is_broadcast or i.has_expanded_extent))
         return ids(ins), ids(outs)
 
     def id_of(self, i: IterDomain) -> int:
