@@ -10,7 +10,10 @@ from typing import Iterator
 
 import pytest
 
-PKG = Path(__file__).resolve().parent.parent / "fuser"
+import fuser
+
+#: the package under test (the installed one where CI runs against a wheel)
+PKG = Path(fuser.__file__).resolve().parent
 
 #: top-level packages outside the standard library that the driver may import
 DRIVER_THIRD_PARTY = frozenset({"torch", "numpy", "pycuda"})
