@@ -53,7 +53,7 @@ def poisoned_kernel_outputs(monkeypatch, kernel_writes_checked):
     that also catches an unwritten element whose answer is the poison)."""
     from kernel_writes import poison_
 
-    from fuser.runtime import kernels as kernels_mod
+    import fuser.kernel as kernels_mod
 
     real = kernels_mod.GeneratedKernel.allocate_outputs
 
@@ -70,7 +70,7 @@ def kernel_writes_checked(monkeypatch):
     (tests/kernel_writes.py). GPU tests that poison outputs get it automatically."""
     from kernel_writes import checked_run
 
-    from fuser.runtime import kernels as kernels_mod
+    import fuser.kernel as kernels_mod
 
     cls = kernels_mod.GeneratedKernel
     monkeypatch.setattr(cls, "run", checked_run(cls.run))

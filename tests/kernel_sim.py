@@ -1367,7 +1367,7 @@ def simulate_fusion(fd, inputs: Sequence[Any], *, resident: int | None = None, m
     from fuser.frontend.fusion_definition import _flatten_inputs
     from fuser.lower.errors import NotLowerable
     from fuser.host.executor import segmented_runner
-    from fuser.runtime.kernels import generates_kernel, prepare_kernel
+    from fuser.kernel import generates_kernel, prepare_kernel
     from fuser.host.lower import as_declared as _as_declared
 
     report = SimReport()

@@ -81,7 +81,7 @@ def test_factory_segment_beside_tensor_segment_is_on_the_tensors_device():
 @pytest.mark.gpu
 def test_kernel_refuses_a_pointer_on_another_device():
     pytest.importorskip("pycuda")
-    from fuser.runtime.kernels import prepare_pointwise
+    from fuser.kernel import prepare_pointwise
 
     with FusionDefinition() as fd:
         t0 = fd.define_tensor(shape=[-1], contiguity=[True], dtype=DataType.Float)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fuser.runtime import kernels as kernels_mod
+import fuser.kernel as kernels_mod
 from kernel_writes import (POISONS, assert_written, checked_run, complement_like, poison_, storage_bytes, stored,
                            unwritten)
 

@@ -15,7 +15,7 @@ from fuser.lower.kir import CheckedIndex, Const, Element, IntLit, Lookup, Param,
 from fuser.lower.lookup import INDEX_OPS
 from fuser.lower.lower import NotLowerable
 from fuser.runtime.index_check import ErrorFlag, IndexOutOfRangeError, out_of_range
-from fuser.runtime.kernels import generates_kernel, prepare_kernel, prepare_pointwise
+from fuser.kernel import generates_kernel, prepare_kernel, prepare_pointwise
 from fuser.runtime.reference import run_reference
 from fuser.runtime.tolerance import assert_close
 
@@ -207,7 +207,7 @@ def test_lookup_computed_in_the_fusion_is_read_from_memory():
 def test_index_checks_of_each_op():
     """select's index and gather's index sizes are checked by the host (no flag, no
     synchronisation); index tensor values by the kernel."""
-    from fuser.runtime.kernels import prepare_kernel
+    from fuser.kernel import prepare_kernel
 
     def kernel_of(build, xs):
         with FusionDefinition() as fd:

@@ -150,7 +150,7 @@ def test_load_caps_the_grid_to_resident_blocks_and_sizes_the_partials(monkeypatc
     # no GPU: the compiler and loader are stand-ins reporting 3 resident blocks per SM
     import fuser.driver.kernel_cache as kc
     import fuser.driver.launch as launch
-    from fuser.runtime.kernels import prepare_kernel
+    from fuser.kernel import prepare_kernel
     from fuser.scheduler import SchedulerType
 
     class Loaded:

@@ -56,7 +56,7 @@ def test_axes_mapped_onto_each_other_are_not_lowered():
     # x + x.T: the fusion maps x's two axes onto each other, so indexing by axis class
     # cannot tell them apart; the segment runs on the reference executor instead
     from fuser.lower.lower import NotLowerable
-    from fuser.runtime.kernels import prepare_pointwise
+    from fuser.kernel import prepare_pointwise
 
     with FusionDefinition() as fd:
         x = fd.define_tensor(shape=[-1, -1], contiguity=[True, True])

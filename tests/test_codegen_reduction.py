@@ -427,7 +427,7 @@ def test_a_register_cap_that_spills_is_dropped_when_the_kernel_loads(monkeypatch
     # no GPU: a stand-in loader reports local memory for the capped source only
     import fuser.driver.kernel_cache as kc
     import fuser.driver.launch as launch
-    from fuser.runtime.kernels import prepare_kernel
+    from fuser.kernel import prepare_kernel
     from fuser.scheduler import SchedulerType
 
     loaded = []

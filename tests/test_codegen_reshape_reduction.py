@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from fuser import DataType, FusionDefinition
-from fuser.runtime.kernels import generates_kernel, prepare_kernel
+from fuser.kernel import generates_kernel, prepare_kernel
 from fuser.runtime.reference import run_reference
 from fuser.host.lower import example_args
 from fuser.runtime.tolerance import assert_close

@@ -12,7 +12,7 @@ from fuser.examples import rope
 from fuser.ir import CatOp, FullOp
 from fuser.ir.exprs import BinaryOpType, TernaryOpType
 from fuser.lower import kir
-from fuser.runtime.kernels import prepare_kernel
+from fuser.kernel import prepare_kernel
 from fuser.runtime.reference import run_reference
 from fuser.host.lower import example_args
 

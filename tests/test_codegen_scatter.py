@@ -10,7 +10,7 @@ import torch
 from fuser import DataType, FusionDefinition
 from fuser.lower.kir import CheckedIndex, GridSync
 from fuser.runtime.index_check import ErrorFlag, IndexOutOfRangeError
-from fuser.runtime.kernels import generates_kernel, prepare_greedy
+from fuser.kernel import generates_kernel, prepare_greedy
 from fuser.runtime.info import runtime_info
 from fuser.scheduler import FusionAnalysis, SchedulerType, schedulers_for
 from fuser.scheduler import greedy

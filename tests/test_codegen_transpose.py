@@ -451,7 +451,7 @@ class Simulator:
 def simulate_kernel(fusion, args: list):
     """(outputs, kernel): the transpose kernel of segment `fusion` simulated on CPU `args`;
     outputs start poisoned (NaN, -7, True), so an element the kernel skips shows."""
-    from fuser.runtime.kernels import prepare_transpose
+    from fuser.kernel import prepare_transpose
 
     k = prepare_transpose(fusion, args)
     return run_plan(k, args), k
@@ -562,7 +562,7 @@ def test_simulator_catches_missing_barriers_and_predicates(monkeypatch):
 
 def _kernel(case: Case, inputs=None):
     from fuser.host.lower import example_args
-    from fuser.runtime.kernels import prepare_transpose
+    from fuser.kernel import prepare_transpose
 
     inputs = inputs if inputs is not None else case.inputs("meta")
     fd = define(case, inputs)
@@ -689,7 +689,7 @@ def test_prepare_refuses_only_what_the_kernel_cannot_compute():
     """A segment the scheduler took lowers whatever its sizes (whether tiles pay off is the
     segmenter's question); one with work the kernel cannot do is refused with the reason."""
     from fuser.lower.errors import NotLowerable
-    from fuser.runtime.kernels import prepare_transpose
+    from fuser.kernel import prepare_transpose
 
     with FusionDefinition() as fd:
         t = fd.define_tensor(shape=[-1, -1], contiguity=[True, True])

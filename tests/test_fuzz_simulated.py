@@ -17,7 +17,7 @@ import torch
 
 from fuser import DataType, FusionDefinition
 from fuser.lower import kir
-from fuser.runtime.kernels import prepare_kernel
+from fuser.kernel import prepare_kernel
 from fuser.host.lower import example_args
 
 import kernel_sim as ks

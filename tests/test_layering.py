@@ -20,7 +20,7 @@ DRIVER_THIRD_PARTY = frozenset({"torch", "numpy", "pycuda"})
 #: fuser modules the driver may import: its own and the leaf `fuser.options`
 DRIVER_FUSER = ("fuser.driver", "fuser.options")
 #: what the schedulers must not import at run time (a TYPE_CHECKING import is fine)
-SCHEDULER_FORBIDDEN = ("fuser.runtime", "fuser.host")
+SCHEDULER_FORBIDDEN = ("fuser.runtime", "fuser.host", "fuser.kernel")
 
 DRIVER_MODULES = sorted((PKG / "driver").rglob("*.py")) + [PKG / "options.py"]
 SCHEDULER_MODULES = sorted((PKG / "scheduler").rglob("*.py"))

@@ -67,7 +67,7 @@ def test_cpu_scalar_tensor_beside_cuda_tensors():
 
 def test_new_sizes_reuse_the_loaded_kernel():
     pytest.importorskip("pycuda")
-    from fuser.runtime import kernels
+    from fuser.kernel import generated as kernels
 
     with FusionDefinition() as fd:
         x = fd.define_tensor(shape=[-1, -1], contiguity=[True, True])

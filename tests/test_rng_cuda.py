@@ -13,7 +13,7 @@ from fuser import DataType, FusionDefinition
 from fuser.benchmarks import by_name
 from fuser.benchmarks.fusions import reduction_tolerance
 from fuser.cli import bench as bench_cli
-from fuser.runtime import kernels as kernels_mod
+import fuser.kernel as kernels_mod
 from fuser.runtime import philox
 from fuser.runtime.reference import run_reference
 from fuser.runtime.tolerance import assert_close, tolerances

@@ -14,7 +14,7 @@ from fuser.frontend.cache import FusionCache
 from fuser.ir import BinaryOpType, BroadcastOp, Fusion, TensorDomain, TensorView, UnaryOpType, fusion_str, transforms_str
 from fuser.preseg import run_passes
 from fuser.runtime.binding import InputError, bind_inputs
-from fuser.runtime.kernels import prepare_pointwise, prepare_reduction
+from fuser.kernel import prepare_pointwise, prepare_reduction
 from fuser.runtime.reference import run_reference
 
 from cuda_units import compile_all

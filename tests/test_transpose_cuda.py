@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from fuser import DataType, FusionDefinition
-from fuser.runtime import kernels as kernels_mod
+import fuser.kernel as kernels_mod
 from fuser.runtime.reference import run_reference
 from fuser.runtime.tolerance import assert_close
 

@@ -289,7 +289,7 @@ def _reset_process_caches() -> list[str]:
     if kernel_cache is not None and hasattr(kernel_cache, "clear"):
         kernel_cache.clear()
         done.append("kernel_cache in-memory CUBINs")
-    from fuser.runtime import kernels
+    from fuser.kernel import generated as kernels
 
     kernels.clear_loaded()
     done.append("loaded kernel modules")

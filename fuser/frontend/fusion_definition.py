@@ -623,7 +623,7 @@ class FusionDefinition:
         return "\n".join(_scheduled_ir(k.fusion, tensor_transforms) for k in self._kernels_for(inputs, "scheduled_fusion_ir_for"))
 
     def _kernels_for(self, inputs: Sequence[Any], what: str) -> list:
-        from fuser.runtime.kernels import generates_kernel, prepare_kernel
+        from fuser.kernel import generates_kernel, prepare_kernel
         from fuser.host.lower import example_args
 
         inputs = _flatten_inputs(inputs)

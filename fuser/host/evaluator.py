@@ -18,7 +18,7 @@ from fuser.ir import LinearOp, MatmulOp, Scalar, TensorView, Val
 from fuser.lower.lower import NotLowerable
 from fuser.runtime import philox
 from fuser.runtime.binding import Binding, BindingPlan
-from fuser.runtime.kernels import generates_kernel, kernels_available, prepare_kernel
+from fuser.kernel import generates_kernel, kernels_available, prepare_kernel
 from fuser.runtime.reference import ReferenceExecutor, logical_input
 
 from .ir import (

@@ -24,7 +24,7 @@ def lower_segmented(seg: SegmentedFusion, aliases: dict[Val, Val] | None = None)
     `aliases` maps an output to the input whose buffer it is (add_output(alias_input=)):
     it is allocated there, before the expression that writes it, when nothing after that
     reads the input; else it is written elsewhere and the executor copies it in last."""
-    from fuser.runtime.kernels import generates_kernel
+    from fuser.kernel import generates_kernel
     from fuser.scheduler import SchedulerType
 
     from .streams import host_native
