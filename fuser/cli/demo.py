@@ -1,6 +1,7 @@
 """`python -m fuser demo`: RMSNorm backward (seed 001) defined, run and checked against eager PyTorch."""
 from __future__ import annotations
 
+import sys
 import time
 
 import torch
@@ -15,6 +16,14 @@ def run_demo(device: str | None = None) -> int:
     from .bench import _fuser_path
 
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if device.type == "cuda" and not torch.cuda.is_available():
+        print(f"fuser demo: --device {device} needs a CUDA GPU, and this PyTorch sees none "
+              f"(torch {torch.__version__}); run it without --device to use the CPU", file=sys.stderr)
+        return 2
+    if device.type not in ("cpu", "cuda"):
+        print(f"fuser demo: --device {device} is not a device the demo runs on: it compares real outputs "
+              "with eager PyTorch, so it takes cpu or cuda", file=sys.stderr)
+        return 2
     print(f"fuser demo: RMSNorm backward (seed 001) on {device}")
 
     t0 = time.perf_counter()

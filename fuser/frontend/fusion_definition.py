@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
 
-from fuser.errors import DefinitionError, DefinitionTypeError, nvfuser_style
+from fuser.errors import DefinitionError, DefinitionTypeError, FusionInputError, nvfuser_style
 from fuser.ir import DataType, Fusion, IterDomain, IterType, ParallelType, TensorDomain, TensorView
 from fuser.ir import Scalar as IrScalar
 from fuser.ir.dtype import from_torch, python_scalar_dtype
@@ -808,12 +808,25 @@ def _capturing(buffer: io.StringIO | None):
 
 
 def _flatten_inputs(inputs: Sequence[Any]) -> list[Any]:
-    """nvFuser's execute spreads a list or tuple input (a vector of sizes) into scalar inputs."""
+    """nvFuser's execute spreads a list or tuple input (a vector of sizes) into scalar
+    inputs; a tensor where the list of inputs belongs, or a list of tensors inside it, is
+    refused with what was expected."""
+    if isinstance(inputs, torch.Tensor):
+        raise FusionInputError(
+            "execute(inputs): inputs must be a list (or tuple) of the fusion's inputs, got a torch.Tensor "
+            f"of shape {list(inputs.shape)}; pass [tensor] for a fusion with one input")
+    if not isinstance(inputs, (list, tuple)):
+        raise FusionInputError(f"execute(inputs): inputs must be a list (or tuple) of the fusion's inputs, "
+                               f"got {type(inputs).__name__}")
     if not any(isinstance(x, (list, tuple)) for x in inputs):
         return inputs if isinstance(inputs, list) else list(inputs)
     flat: list[Any] = []
-    for x in inputs:
+    for k, x in enumerate(inputs):
         if isinstance(x, (list, tuple)):
+            if any(isinstance(v, (torch.Tensor, list, tuple)) for v in x):
+                raise FusionInputError(
+                    f"execute(inputs): input {k} is a nested list holding tensors or lists; a list inside the "
+                    "inputs is a vector of scalars (sizes), spread into scalar inputs: pass tensors directly")
             flat.extend(x)
         else:
             flat.append(x)

@@ -312,6 +312,12 @@ def _check_tensor(spec: _TensorInput, x: object) -> tuple[int, ...]:
     """Rules 2-8 for a tensor input; returns its shape."""
     label = spec.label
     if not isinstance(x, torch.Tensor):
+        if isinstance(x, (bool, int, float, complex)):
+            # nvFuser's text, which scripts match on, then what fuser adds
+            from fuser.ir.printer import tv_str
+
+            raise InputError(f"Expected input {spec.index}, {tv_str(spec.tv)}, to be an at::Tensor but got scalar "
+                             f"{x} ({label}: expected a torch.Tensor, got {_describe(x)})")
         raise InputError(f"{label}: expected a torch.Tensor, got {_describe(x)}")
     if x.dtype != spec.torch_dtype:
         raise InputError(f"{label}: expected dtype {spec.torch_dtype} ({spec.dtype}), got {x.dtype}")
