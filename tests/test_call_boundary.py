@@ -53,3 +53,19 @@ def test_the_demo_refuses_a_device_it_cannot_run_on_with_a_sentence(device, says
                          timeout=120)
     assert got.returncode == 2
     assert says in got.stderr and "Traceback" not in got.stderr
+
+
+def test_bench_plot_says_when_it_cannot_draw(capsys, monkeypatch):
+    """--plot on a path that draws nothing (no matplotlib, or a CPU run) says so first."""
+    import importlib.util
+
+    from fuser.cli import bench
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real(name, *a))
+    assert bench.run_bench(cpu=True, plot="/tmp/never.png", only=["latency_gelu_8x8"]) == 0
+    assert "needs matplotlib" in capsys.readouterr().err
+    monkeypatch.setattr(importlib.util, "find_spec", real)
+    if real("matplotlib") is not None:
+        assert bench.run_bench(cpu=True, plot="/tmp/never.png", only=["latency_gelu_8x8"]) == 0
+        assert "does not make" in capsys.readouterr().err

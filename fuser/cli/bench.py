@@ -566,6 +566,17 @@ def _run_sweeps(names: Sequence[str]) -> int:
 def run_bench(*, quick: bool = False, plot: str | None = None, only: Sequence[str] | None = None,
               cpu: bool = False, sweep: Sequence[str] | None = None, overlap: bool = False) -> int:
     """`python -m fuser bench`; returns the exit status."""
+    if plot:
+        import importlib.util
+
+        if importlib.util.find_spec("matplotlib") is None:
+            print(f"fuser bench --plot {plot}: drawing the chart needs matplotlib (pip install matplotlib); "
+                  "running without it", file=sys.stderr)
+            plot = None
+        elif cpu or sweep or overlap or not torch.cuda.is_available():
+            print(f"fuser bench --plot {plot}: the chart shows kernel timings, which this run does not make "
+                  "(it needs CUDA, and the default table)", file=sys.stderr)
+            plot = None
     if overlap:
         if not torch.cuda.is_available():
             print("fuser bench --overlap: needs CUDA (torch.cuda.is_available() is False)", file=sys.stderr)
