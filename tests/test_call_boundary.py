@@ -69,3 +69,9 @@ def test_bench_plot_says_when_it_cannot_draw(capsys, monkeypatch):
     if real("matplotlib") is not None:
         assert bench.run_bench(cpu=True, plot="/tmp/never.png", only=["latency_gelu_8x8"]) == 0
         assert "does not make" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("method", ["last_cuda_code", "last_scheduled_fusion_ir", "last_segments"])
+def test_last_introspection_before_any_execution_says_never_executed(method):
+    with pytest.raises(RuntimeError, match="never been executed"):
+        getattr(_relu(), method)()

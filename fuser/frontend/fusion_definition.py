@@ -585,7 +585,7 @@ class FusionDefinition:
         self._ensure_defined()
         runner = self._entry.last_runner
         if runner is None:
-            raise RuntimeError("fd.last_cuda_code(): this fusion has not been executed yet")
+            raise RuntimeError(f"fd.last_cuda_code(): this fusion {_NEVER_EXECUTED}")
         kernels = [r.kernel for r in runner.runs if r.kernel]
         if not kernels:
             raise RuntimeError("fd.last_cuda_code(): the last execute ran no generated kernel "
@@ -598,7 +598,7 @@ class FusionDefinition:
         self._ensure_defined()
         runner = self._entry.last_runner
         if runner is None:
-            raise RuntimeError("fd.last_segments(): this fusion has not been executed yet")
+            raise RuntimeError(f"fd.last_segments(): this fusion {_NEVER_EXECUTED}")
         return runner.segment_runs()
 
     def cuda_code_for(self, inputs: Sequence[Any]) -> str:
@@ -612,7 +612,7 @@ class FusionDefinition:
         self._ensure_defined()
         runner = self._entry.last_runner
         if runner is None:
-            raise RuntimeError("fd.last_scheduled_fusion_ir(): this fusion has not been executed yet")
+            raise RuntimeError(f"fd.last_scheduled_fusion_ir(): this fusion {_NEVER_EXECUTED}")
         kernels = [r.kernel for r in runner.runs if r.kernel]
         if not kernels:
             raise RuntimeError("fd.last_scheduled_fusion_ir(): the last execute scheduled no generated kernel")
@@ -738,6 +738,10 @@ def segments_program(seg: Any, segments: Sequence["FusionDefinition"]) -> Any:
         exprs.append(PostOnStream(unit, tuple(g.inputs), tuple(g.outputs)))
     return insert_deallocations(HostIrContainer(fusion, tuple(fusion.inputs), tuple(fusion.outputs), tuple(exprs),
                                                 tuple(units)))
+
+
+#: why introspection of the last execute has nothing to show (nvFuser's words included)
+_NEVER_EXECUTED = "has never been executed (nvFuser: 'Fusion has never been executed via FusionExecutorCache')"
 
 
 def _scheduled_ir(fusion: Fusion, tensor_transforms: bool) -> str:
