@@ -692,18 +692,7 @@ class _Gen:
                 self.tags.add("input_static")
             else:
                 shape.append(-1)
-        contig: dict[int, bool | None] = {}
-        expected = 1
-        for d in reversed(phys):
-            if kinds[d] != "i":
-                contig[d] = None
-                continue
-            if logical[d] == 1:
-                contig[d] = True
-                continue
-            contig[d] = strides[d] == expected and rng.random() > 0.1
-            expected = strides[d] * logical[d]
-        contiguity = [contig[d] for d in phys]
+        contiguity = _contiguity(phys, kinds, logical, strides, declare=lambda: rng.random() > 0.1)
         extra = ""
         if phys != list(range(rank)) or (rank > 1 and rng.random() < 0.1):
             order = [rank - 1 - phys.index(d) for d in range(rank)]
@@ -1717,18 +1706,7 @@ class _Gen:
         strides = meta_val.stride()
         shape = [1 if kd == "b" else (n if kd == "i" and n > 1 and rng.random() < 0.1 else -1)
                  for n, kd in zip(logical, kinds)]
-        contig: dict[int, bool | None] = {}
-        expected = 1
-        for d in reversed(phys):
-            if kinds[d] != "i":
-                contig[d] = None
-                continue
-            if logical[d] == 1:
-                contig[d] = True
-                continue
-            contig[d] = strides[d] == expected
-            expected = strides[d] * logical[d]
-        contiguity = [contig[d] for d in phys]
+        contiguity = _contiguity(phys, kinds, logical, strides)
         extra = ""
         if phys != list(range(rank)):
             extra = f", stride_order={[rank - 1 - phys.index(d) for d in range(rank)]}"
@@ -3103,6 +3081,24 @@ def gpu_refusal(device: str) -> str | None:
 #: NotLowerable messages by the segment fusion whose kernel preparation raised them
 #: (recorded while the fuzzer executes; a cached runner's reasons outlive the case)
 _fallback_reasons: "weakref.WeakKeyDictionary[Any, str]" = weakref.WeakKeyDictionary()
+
+
+def _contiguity(phys, kinds, logical, strides, declare=lambda: True) -> list:
+    """define_tensor's contiguity, in allocation order `phys`, for a tensor of these strides:
+    None for broadcast axes, True for size-1 ones, else whether the axis is dense over the
+    next inner one (and `declare()` agrees: a dense axis may still be declared strided)."""
+    contig: dict[int, bool | None] = {}
+    expected = 1
+    for d in reversed(phys):
+        if kinds[d] != "i":
+            contig[d] = None
+            continue
+        if logical[d] == 1:
+            contig[d] = True
+            continue
+        contig[d] = strides[d] == expected and declare()
+        expected = strides[d] * logical[d]
+    return [contig[d] for d in phys]
 
 
 @contextlib.contextmanager

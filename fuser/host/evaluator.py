@@ -102,8 +102,9 @@ class HostIrEvaluator:
         self._logical = [(k, v) for k, v in enumerate(program.inputs)
                          if isinstance(v, TensorView) and (v.domain.added_broadcasts() or (
                              self.device.type != "cpu" and not v.logical_no_reductions()))]
-        self.runs = [UnitRun(u, complete_inputs) for u in program.units]
-        self._run_of = {id(u): r for u, r in zip(program.units, self.runs)}
+        self.runs = [UnitRun(u, complete_inputs) for u in program.units]  # by unit index
+        #: whether some output is bound before its writer runs (an alias: Allocate)
+        self._preallocates = bool(program.aliases)
         #: stream numbers the unseeded RNG ops span: with some, each execution draws one
         #: seed and base offset that every segment (kernel or reference) uses
         self.rng_streams = philox.streams(fusion)
@@ -184,7 +185,7 @@ class HostIrEvaluator:
 
     # --- expressions -----------------------------------------------------------------
     def _launch(self, e: LaunchKernel, state: "_State") -> None:
-        r = self._run_of[id(e.unit)]
+        r = self.runs[e.unit.index]
         env, raw = state.env, state.raw
         args = [as_declared(env[v], v) if inter else raw.get(v, env[v]) for v, inter in zip(r.inputs, r.intermediate)]
         if self.use_kernels and r.kernel is None and r.codegen_candidate():
@@ -194,15 +195,19 @@ class HostIrEvaluator:
                 r.kernel = False
         k = r.kernel
         if k:
-            preset = [env.get(v) for v in e.outputs]
-            if any(p is not None for p in preset) and self._in_place(r, preset):
-                k.run(args, preset, state.drawn)  # into allocated (aliased) buffers
-                return
+            if self._preallocates:
+                preset = [env.get(v) for v in e.outputs]
+                if any(p is not None for p in preset) and self._in_place(r, preset):
+                    k.run(args, preset, state.drawn)  # into allocated (aliased) buffers
+                    return
             outs = k.allocate_outputs()
             k.run(args, outs, state.drawn)
         else:
             outs = run_on_reference(r.fusion, args, self.device, state.drawn)
-        _bind(env, e.outputs, outs)
+        if self._preallocates:
+            _bind(env, e.outputs, outs)
+        else:
+            env.update(zip(e.outputs, outs))
 
     @staticmethod
     def _in_place(r: UnitRun, preset: list[Any]) -> bool:

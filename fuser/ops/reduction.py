@@ -102,14 +102,13 @@ def reduction(
             dtype = x.dtype
     if dtype is not x.dtype:
         x = arith.cast(x, dtype)
+    x, rest, count = _split_broadcast(x, dims)
     acc = dtype
-    if (op in (BinaryOpType.Add, BinaryOpType.Mul) and dtype.is_floating and dtype.itemsize < 4
-            and any(d < ndim and i.has_expanded_extent for d, i in enumerate(x.logical_no_reductions()) if d in dims)):
+    if count is not None and op in (BinaryOpType.Add, BinaryOpType.Mul) and dtype.is_floating and dtype.itemsize < 4:
         # the partial result is scaled by the repeat count before it is rounded, once, to the
         # narrow type (as PyTorch's float accumulator does): rounding it first rounds twice
         acc = DataType.Float
         x = arith.cast(x, acc)
-    x, rest, count = _split_broadcast(x, dims)
     if rest or len(dims) == 0:
         out = TensorView(TensorDomain(_reduced_domain(x, rest)), acc)
         ReductionOp([x], [out], op_type=op, init=_init_value(op, acc))

@@ -227,13 +227,8 @@ class ReferenceExecutor(ExprDispatcher):
     # --- values -------------------------------------------------------------------------
     def bind(self, binding: Binding) -> None:
         """Bind the fusion's inputs and their symbolic extents from a validated Binding."""
-        values = binding.tensors
-        if self.device.type != "cpu":
-            # a CPU scalar tensor (is_cpu=True) beside device tensors: some torch ops (where,
-            # clamp, ...) refuse to mix devices, so it joins the device as a 0-dim tensor
-            values = [x.to(self.device) if isinstance(x, torch.Tensor) and x.dim() == 0 and x.device.type == "cpu"
-                      else x for x in values]
-        self.env.update((v, _as_logical(v, x)) for v, x in zip(self.fusion.inputs, values))
+        device = self.device
+        self.env.update((v, logical_input(v, x, device)) for v, x in zip(self.fusion.inputs, binding.tensors))
         self.env.update(binding.extents)
 
     def value(self, v: Val) -> Any:
@@ -514,6 +509,8 @@ def logical_input(v: Val, x: Any, device: torch.device) -> Any:
     its logical domain adds (`_as_logical`), and a CPU scalar tensor beside device tensors
     moved to the device. `x` itself when neither applies."""
     if isinstance(x, torch.Tensor) and device.type != "cpu" and x.dim() == 0 and x.device.type == "cpu":
+        # a CPU scalar tensor (is_cpu=True) beside device tensors: some torch ops (where,
+        # clamp, ...) refuse to mix devices, so it joins the device as a 0-dim tensor
         x = x.to(device)
     return _as_logical(v, x)
 
