@@ -54,19 +54,22 @@ def _shape(program) -> list:
     return [one(e) for e in program.exprs if not isinstance(e, Deallocate)]
 
 
-_LOOP = ["GetCurrentStream", "SetCurrentStream", "Synchronize"]
-_END = ["SetCurrentStream", "Synchronize"]
+def _stream_loop(*body: str) -> list:
+    """A stream loop as lowered: the caller's stream read, the work loop (each iteration
+    on a worker stream that first waits for the caller), then the join loop."""
+    return ["GetCurrentStream", ("for", ["SetCurrentStream", "Synchronize", *body]), "SetCurrentStream",
+            ("for", ["Synchronize"])]
+
+
+_SELECT_SET = ("HirAliasSelect", "HirAliasSelect", "Evaluate")
 
 
 @pytest.mark.parametrize("case, n, stream, expected", [
-    ("SingleSetOp", 1, (True,),
-     ["Allocate", ("for", _LOOP + ["HirAliasSelect", "HirAliasSelect", "Evaluate"] + _END)]),
+    ("SingleSetOp", 1, (True,), ["Allocate", *_stream_loop(*_SELECT_SET)]),
     ("TwoSetOps", 2, (True, True),
-     ["Allocate", "Allocate", ("for", _LOOP + ["HirAliasSelect", "HirAliasSelect", "Evaluate",
-                                               "HirAliasSelect", "Evaluate"] + _END)]),
+     ["Allocate", "Allocate", *_stream_loop(*_SELECT_SET, "HirAliasSelect", "Evaluate")]),
     ("ThreeSetOpsWithDisjointsForLoops", 3, (True, False, True),
-     ["Allocate", ("for", _LOOP + ["HirAliasSelect", "HirAliasSelect", "Evaluate"] + _END), "Evaluate",
-      "Allocate", ("for", _LOOP + ["HirAliasSelect", "HirAliasSelect", "Evaluate"] + _END)]),
+     ["Allocate", *_stream_loop(*_SELECT_SET), "Evaluate", "Allocate", *_stream_loop(*_SELECT_SET)]),
 ])
 def test_seed_004_stream_loops(device, case, n, stream, expected):
     fd = _sets(n, stream)
@@ -82,8 +85,29 @@ def test_seed_004_stream_loops(device, case, n, stream, expected):
     assert "SetCurrentStream to Stream ( StreamIdx % numberOfStreams )" in text
     assert re.search(r"= HirAliasSelect\( T0_g_float\[iS0\{i0\}, iS1\{i1\}\], axis = iS0\{i0\}, index = StreamIdx \)", text)
     assert re.search(r"T\d+_l_float\[iS\d+\{i1\}\] = Set\( T\d+_l_float\[iS\d+\{i1\}\], cache_op=Streaming \)", text)
-    assert text.count("FOR StreamIdx") == (2 if case.startswith("Three") else 1)
+    assert text.count("FOR StreamIdx") == (4 if case.startswith("Three") else 2)  # work and join loops
+    # tensors passed between top-level expressions print as global memory, as in the seed
+    assert re.search(r"T1_g_float\[iStreamIdx2\{i0\}, iS3\{i1\}\] = ALLOCATE\(", text)
+    assert "_l_float" not in text.split("FOR")[0]
     assert text.rstrip().endswith("} // %HostIrContainer")
+
+
+def test_stream_loop_intermediate_is_released_after_the_join():
+    """A tensor only a stream loop reads is dropped after the loop that joins the worker
+    streams: before it, its buffer could be reused on the caller's stream while a worker
+    still reads it."""
+    fd = _sets(3, (True, False, True))
+    fd.execute([_rand(4, 8)])
+    exprs = _program(fd).exprs
+    kinds = [type(e).__name__ for e in exprs]
+    for k, e in enumerate(exprs):
+        if isinstance(e, Deallocate):
+            prev = exprs[k - 1]
+            assert not (isinstance(prev, ForLoop) and kinds[k - 2] != "SetCurrentStream"), kinds
+    t1 = next(e.tv for e in exprs if isinstance(e, Allocate))
+    drop = next(k for k, e in enumerate(exprs) if isinstance(e, Deallocate) and e.tv is t1)
+    joins = [k for k, e in enumerate(exprs) if isinstance(e, ForLoop) and len(e.body) == 1]
+    assert joins[0] < drop < joins[1], kinds
 
 
 def test_stream_loop_dump_with_fuser_dump(capsys, monkeypatch):
@@ -117,9 +141,46 @@ def test_stream_loop_of_pointwise_and_matmul_matches_eager(device):
     assert_close(out, want, rtol=1e-4, atol=1e-4)
     program = _program(fd)
     loops = [e for e in program.exprs if isinstance(e, ForLoop)]
-    assert len(loops) == 1, program
+    assert len(loops) == 2, program  # the work loop and its join
     kinds = [type(b).__name__ for b in loops[0].body]
     assert "Evaluate" in kinds and "PostOnStream" in kinds, program
+    assert [type(b).__name__ for b in loops[1].body] == ["Synchronize"], program
+
+
+@pytest.mark.gpu
+def test_stream_loop_waits_for_the_caller_and_joins_back():
+    """On a busy caller stream: the workers wait for the input the caller writes, and
+    the caller's next work waits for the workers (else it reads unwritten slices)."""
+    x = _rand(16, 1 << 16, device="cuda")
+    fd = _sets(2, (True, True))
+    fd.execute([x])  # compiled before the timed part of the stream's queue
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(20_000_000)  # the caller's stream is still busy when the loop is issued
+        y = x * 3.0
+        (out,) = fd.execute([y])
+        assert torch.cuda.current_stream() == side
+        got = out * 1.0  # on the caller's stream, after the join
+    side.synchronize()
+    assert torch.equal(got, x * 3.0)
+
+
+@pytest.mark.gpu
+def test_error_inside_a_stream_loop_restores_the_callers_stream(monkeypatch):
+    import fuser.host.evaluator as ev
+
+    fd = _sets(1, (True,))
+    x = _rand(4, 8, device="cuda")
+    before = torch.cuda.current_stream()
+
+    def boom(*args):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(ev, "_bind", boom)
+    with pytest.raises(RuntimeError, match="boom"):
+        fd.execute([x])
+    assert torch.cuda.current_stream() == before
 
 
 def test_stream_axis_refuses_what_it_cannot_be(device):

@@ -111,6 +111,9 @@ class HostIrEvaluator:
         exprs = program.exprs
         # one kernel reading the fusion's inputs in order and writing its outputs in order:
         # the cached path launches it with nothing in between
+        #: whether the program makes other streams current (stream loops on a GPU)
+        self._switches_streams = self.device.type == "cuda" and any(
+            isinstance(e, SetCurrentStream) for e in program.walk())
         self._direct = (len(exprs) == 1 and isinstance(exprs[0], LaunchKernel)
                         and list(exprs[0].inputs) == list(program.inputs)
                         and list(exprs[0].outputs) == list(program.outputs) and not program.aliases)
@@ -154,12 +157,17 @@ class HostIrEvaluator:
                 state.raw[v] = inputs[k]
                 env[v] = logical_input(v, inputs[k], self.device)
         state.ref.env = env  # Evaluate and the scalars it needs share the program's values
-        if self.observer is None:
-            handlers = self._handlers
-            for e in program.exprs:
-                handlers[type(e)](e, state)
-        else:
-            self._run_observed(program.exprs, state)
+        caller = torch.cuda.current_stream(self.device) if self._switches_streams else None
+        try:
+            if self.observer is None:
+                handlers = self._handlers
+                for e in program.exprs:
+                    handlers[type(e)](e, state)
+            else:
+                self._run_observed(program.exprs, state)
+        finally:
+            if caller is not None:  # an error inside a stream loop leaves the caller's stream current
+                torch.cuda.set_stream(caller)
         return [self._output(state, v) for v in program.outputs]
 
     def _run_observed(self, exprs: Sequence[HostExpr], state: "_State") -> None:
@@ -235,7 +243,8 @@ class HostIrEvaluator:
         else:
             preset = None
         outs = run_unit(e.unit, args, self.device, preset)
-        _bind(env, e.outputs, _resliced(outs, e.out_axes))
+        if outs is not preset:  # else it wrote the slices bound already
+            _bind(env, e.outputs, _resliced(outs, e.out_axes))
 
     def _evaluate(self, e: Evaluate, state: "_State") -> None:
         env = state.env
@@ -277,6 +286,10 @@ class HostIrEvaluator:
     def _loop(self, e: ForLoop, state: "_State") -> None:
         env = state.env
         stop = int(env[e.stop] if e.stop in env else state.ref.value(e.stop))
+        if all(isinstance(b, Synchronize) and b.stream.index is e.index for b in e.body):
+            # a join: worker streams repeat every NUM_STREAMS iterations, and a wait on a
+            # stream covers all the work queued on it, so one wait per worker is the same
+            stop = min(stop, NUM_STREAMS)
         handlers = self._handlers
         for i in range(stop):
             env[e.index] = i

@@ -16,6 +16,7 @@ it as nvFuser's `NVFUSER_DUMP=host_ir` does (seed 004).
 from __future__ import annotations
 
 import itertools
+import re
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Iterator, Sequence
 
@@ -274,7 +275,12 @@ class HostIrContainer:
 
     def __str__(self) -> str:
         body = "".join(e.text("  ") for e in self.exprs)
-        return f"%HostIrContainer {{ {_vals(self.inputs)} -> {_vals(self.outputs)} :\n{body}}} // %HostIrContainer\n"
+        text = f"%HostIrContainer {{ {_vals(self.inputs)} -> {_vals(self.outputs)} :\n{body}}} // %HostIrContainer\n"
+        # tensors passed between top-level expressions live in global memory (as nvFuser
+        # prints segment boundaries), whatever memory the fusion's definition gave them
+        shared = {str(v.name) for e in self.exprs if not isinstance(e, ForLoop)
+                  for v in (*e.inputs, *e.outputs) if isinstance(v, TensorView)}
+        return re.sub(r"\bT(\d+)_l_", lambda m: f"T{m[1]}_g_" if m[1] in shared else m[0], text)
 
 
 def _vals(vals: Sequence[Val]) -> str:

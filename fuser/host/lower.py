@@ -16,7 +16,19 @@ import torch
 from fuser.ir import TensorView, Val
 from fuser.segment import SegmentedFusion, SegmentedGroup
 
-from .ir import Allocate, Deallocate, Evaluate, HostExpr, HostIrContainer, HostUnit, LaunchKernel, PostOnStream
+from .ir import (
+    Allocate,
+    Deallocate,
+    Evaluate,
+    ForLoop,
+    HostExpr,
+    HostIrContainer,
+    HostUnit,
+    LaunchKernel,
+    PostOnStream,
+    SetCurrentStream,
+    Synchronize,
+)
 
 
 def lower_segmented(seg: SegmentedFusion, aliases: dict[Val, Val] | None = None) -> HostIrContainer:
@@ -70,19 +82,34 @@ def insert_deallocations(program: HostIrContainer) -> HostIrContainer:
     """`program` with a Deallocate after the last top-level reader of each intermediate
     tensor (not an input, an output, or a buffer an alias points at)."""
     keep = set(program.inputs) | set(program.outputs) | set(program.aliases.values()) | set(program.aliases)
+    exprs = program.exprs
     last: dict[Val, int] = {}
-    for k, e in enumerate(program.exprs):
+    for k, e in enumerate(exprs):
         for v in e.inputs:
             if isinstance(v, TensorView) and v not in keep:
-                last[v] = k
+                last[v] = _released_after(exprs, k)
     after: dict[int, list[Val]] = {}
     for v, k in last.items():
         after.setdefault(k, []).append(v)
     out: list[HostExpr] = []
-    for k, e in enumerate(program.exprs):
+    for k, e in enumerate(exprs):
         out.append(e)
         out.extend(Deallocate(v) for v in after.get(k, ()))  # type: ignore[arg-type]
     return program.with_exprs(out)
+
+
+def _released_after(exprs: Sequence[HostExpr], k: int) -> int:
+    """Where a tensor last read by `exprs[k]` may be released: after it, or, when it is a
+    stream loop, after the loop joining its worker streams. Released earlier, the buffer
+    could be reused on the caller's stream while a worker still reads it."""
+    if not (isinstance(exprs[k], ForLoop) and any(
+            isinstance(b, SetCurrentStream) and b.stream.index is not None for b in exprs[k].body)):
+        return k
+    for j in range(k + 1, len(exprs)):
+        e = exprs[j]
+        if isinstance(e, ForLoop) and all(isinstance(b, Synchronize) for b in e.body):
+            return j
+    return k
 
 
 def as_declared(x: Any, tv: Val) -> Any:
@@ -90,8 +117,11 @@ def as_declared(x: Any, tv: Val) -> Any:
     stride 0 along expanded broadcast axes."""
     if not isinstance(x, torch.Tensor) or not isinstance(tv, TensorView):
         return x
-    ids = tv.logical_no_reductions()
-    expanded = [d for d, i in enumerate(ids) if i.has_expanded_extent]
+    # cached on the tensor: a segment's intermediates are laid out at every launch
+    expanded = tv.__dict__.get("_expanded_axes")
+    if expanded is None:
+        expanded = tv._expanded_axes = tuple(
+            d for d, i in enumerate(tv.logical_no_reductions()) if i.has_expanded_extent)
     if not expanded:
         return x if x.is_contiguous() else x.contiguous()
     base = x

@@ -8,13 +8,20 @@ non-stream-parallel consumer between two stream-parallel expressions splits them
 one loop:
 
     ALLOCATE each tensor the loop writes (whole, once, before the loop)
+    GetCurrentStream into Stream n              (the caller's stream)
     FOR StreamIdx in <the stream axis>:
-      GetCurrentStream into Stream n            (the caller's stream)
       SetCurrentStream to Stream ( StreamIdx % numberOfStreams )
       Synchronize Stream n                      (the worker waits for the caller's work)
       HirAliasSelect of each input and output along its stream axis, then the expression
-      SetCurrentStream to Stream n
-      Synchronize Stream ( StreamIdx % numberOfStreams )   (the caller waits for the worker)
+    SetCurrentStream to Stream n
+    FOR StreamIdx in <the stream axis>:         (the join: the caller waits for each worker)
+      Synchronize Stream ( StreamIdx % numberOfStreams )
+
+Seed 004's first lowering joined inside the loop (back on the caller's stream, waiting for
+the worker at the end of each iteration). The next iteration's worker then waits for the
+caller, which waits for the previous worker: every iteration runs after the one before
+and nothing overlaps. The join loop after it (as nvFuser's later AssignStreams pass does)
+leaves the iterations free to run side by side.
 """
 from __future__ import annotations
 
@@ -172,7 +179,8 @@ def _loop(run: list[HostExpr], exact: ExactMap, fusion: Fusion, number: int) -> 
     caller, worker = Stream(number=number), Stream(index=index)
     written = [o for e in run for o in e.outputs if isinstance(o, TensorView)]
     before: list[HostExpr] = [Allocate(tv) for tv in written]  # type: ignore[arg-type]
-    body: list[HostExpr] = [GetCurrentStream(caller), SetCurrentStream(worker), Synchronize(caller)]
+    before.append(GetCurrentStream(caller))
+    body: list[HostExpr] = [SetCurrentStream(worker), Synchronize(caller)]
     slices: dict[Val, tuple[TensorView, int]] = {}
 
     def sliced(v: Val) -> tuple[Val, int | None]:
@@ -204,5 +212,5 @@ def _loop(run: list[HostExpr], exact: ExactMap, fusion: Fusion, number: int) -> 
         else:
             body.append(PostOnStream(e.unit, tuple(v for v, _ in ins), tuple(v for v, _ in outs),  # type: ignore[union-attr]
                                      in_axes=in_axes, out_axes=out_axes))
-    body += [SetCurrentStream(caller), Synchronize(worker)]
-    return before + [ForLoop(index, axis.extent, tuple(body), axis=axis)]
+    join = ForLoop(index, axis.extent, (Synchronize(worker),), axis=axis)
+    return before + [ForLoop(index, axis.extent, tuple(body), axis=axis), SetCurrentStream(caller), join]
