@@ -436,3 +436,18 @@ def test_sweeps_set_each_value_and_restore_the_constant():
         by_name(sw.fusion)
     with pytest.raises(KeyError, match="no sweep 'nope'"):
         S.by_name("nope")
+
+
+def test_overlap_table_reports_wall_time_against_the_parts():
+    """bench --overlap's table: the loop's GPU time and its wall time (what a caller
+    waits when the host is the slower side) are each divided by the sum of the parts."""
+    from fuser.benchmarks.overlap import OverlapRow, table
+
+    row = OverlapRow((4, 8, 16, 32), loop_us=90.0, matmul_us=80.0, pointwise_us=20.0, sequential_us=101.0,
+                     loop_host_us=150.0, host_bound=True, loop_wall_us=150.0)
+    text = table([row], "a GPU")
+    cells = [c.strip() for c in text.splitlines()[3].strip("|").split("|")]
+    assert cells[0] == "4 x 8 x 16 x 32"
+    assert cells[4] == "100.0" and cells[5] == "0.90"  # GPU time / sum of parts
+    assert cells[7] == "150.0 (host-bound)"
+    assert cells[8] == "150.0" and cells[9] == "1.50"  # wall / sum: the host decides

@@ -147,6 +147,30 @@ def test_stream_loop_of_pointwise_and_matmul_matches_eager(device):
     assert [type(b).__name__ for b in loops[1].body] == ["Synchronize"], program
 
 
+@pytest.mark.parametrize("kind, a_shape, b_shape, axis", [
+    ("matmul", (6, 32), (32, 16), 0),  # rows: each slice of the left operand is 1-D
+    ("matmul", (6, 32), (32, 16), 1),  # columns: the right operand's slices are 1-D
+    ("matmul", (3, 6, 32), (32, 16), 0),  # a batch axis (bench --overlap's loop)
+    ("linear", (6, 32), (16, 32), 0),
+    ("linear", (6, 32), (16, 32), 1),  # the weight's rows: a 1-D weight slice
+])
+def test_stream_loop_over_each_axis_of_a_matmul(device, kind, a_shape, b_shape, axis):
+    """The loop evaluates the matmul (or linear) on the slices, whatever axis of the
+    product is stream-parallel: rows, columns or a batch axis."""
+    a, b = _rand(*a_shape, device=device), _rand(*b_shape, device=device)
+    with FusionDefinition() as fd:
+        ta, tb = fd.from_pytorch(a), fd.from_pytorch(b)
+        m = fd.ops.matmul(ta, tb) if kind == "matmul" else fd.ops.linear(ta, tb)
+        y = fd.ops.mul(fd.ops.relu(m), 2.0)
+        fd.add_output(y)
+        for t in (m, y):
+            t.axis(axis).parallelize(ParallelType.stream)
+    (out,) = fd.execute([a, b])
+    m_want = a @ b if kind == "matmul" else torch.nn.functional.linear(a, b)
+    assert_close(out, torch.relu(m_want) * 2.0, rtol=1e-4, atol=1e-4)
+    assert any(isinstance(e, ForLoop) for e in _program(fd).exprs)
+
+
 @pytest.mark.gpu
 def test_stream_loop_waits_for_the_caller_and_joins_back():
     """On a busy caller stream: the workers wait for the input the caller writes, and

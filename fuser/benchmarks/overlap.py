@@ -15,7 +15,7 @@ import torch
 
 from fuser import DataType, FusionDefinition, ParallelType
 
-from . import kernel_time
+from . import host_time_per_call, kernel_time
 
 #: (chunks, rows per chunk, K, N): bf16 GEMMs from compute-bound (large K) to ones whose
 #: pointwise part weighs as much as the matmul (small K, wide N)
@@ -63,6 +63,8 @@ class OverlapRow:
     #: the host's time to issue one call of the loop (µs), and whether that bounds it
     loop_host_us: float = 0.0
     host_bound: bool = False
+    #: the loop's wall time per call, back to back (what a caller waits: host or GPU, the slower)
+    loop_wall_us: float = 0.0
 
     @property
     def parts_us(self) -> float:
@@ -89,8 +91,9 @@ def run(shapes=SHAPES, iters: int = 20, repeats: int = 5) -> list[OverlapRow]:
 
         lt = kernel_time(lambda: loop.execute([x, w]), iters=iters, repeats=repeats)
         host = _issue_us(lambda: loop.execute([x, w]))
+        wall = host_time_per_call(lambda: loop.execute([x, w]), calls=iters, repeats=repeats, warmup=2)
         rows.append(OverlapRow((c, s, k, n), lt.us, t(lambda: torch.matmul(x, w)), t(lambda: pw.execute([m])),
-                               t(lambda: seq.execute([x, w])), host, host > lt.us))
+                               t(lambda: seq.execute([x, w])), host, host > lt.us, wall))
     return rows
 
 
@@ -116,11 +119,15 @@ def _pointwise() -> FusionDefinition:
 
 def table(rows: list[OverlapRow], device: str) -> str:
     head = ("C x S x K x N", "stream loop", "matmul alone", "pointwise alone", "sum of parts", "loop / sum",
-            "no stream axis", "loop host")
-    lines = [f"stream-parallel matmul + pointwise on {device} (bf16; µs per call, CUDA events)",
+            "no stream axis", "loop host", "loop wall", "wall / sum")
+    lines = [f"stream-parallel matmul + pointwise on {device} (bf16; µs per call)",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         lines.append(f"| {' x '.join(map(str, r.shape))} | {r.loop_us:.1f} | {r.matmul_us:.1f} | "
                      f"{r.pointwise_us:.1f} | {r.parts_us:.1f} | {r.loop_us / r.parts_us:.2f} | {r.sequential_us:.1f} | "
-                     f"{r.loop_host_us:.1f}{' (host-bound)' if r.host_bound else ''} |")
+                     f"{r.loop_host_us:.1f}{' (host-bound)' if r.host_bound else ''} | {r.loop_wall_us:.1f} | "
+                     f"{r.loop_wall_us / r.parts_us:.2f} |")
+    lines.append("GPU times (CUDA events; the host issues each timed loop while the GPU is held busy); loop host: "
+                 "the host's time to issue one call on an idle GPU; loop wall: per call of back-to-back calls "
+                 "with one synchronize at the end, what a caller waits")
     return "\n".join(lines)

@@ -256,16 +256,17 @@ class HostIrEvaluator:
                 return
             if not any(isinstance(v, TensorView) for v in x.outputs):
                 return  # scalars computed already (on demand, by an expression reading them)
-        args = _unsliced(state, e.inputs, e.in_axes)
-        dst = env.get(e.outputs[0])
         if native:
-            a = e.out_axes[0] if e.out_axes else None
-            out = dst.unsqueeze(a) if isinstance(dst, torch.Tensor) and a is not None else dst
-            got = _aten(x, args, out)
+            # on a stream loop's slices as they are: dropping the same axis of an operand
+            # and of the product leaves a matmul (or linear) of the slices, whose 1-D rules
+            # cover a dropped row or column, so no axis needs putting back
+            out = env.get(e.outputs[0])
+            got = _aten(x, [env[v] if v in env else state.ref.value(v) for v in e.inputs], out)
             if got is not None:
                 if got is not out:
-                    _bind(env, e.outputs, _resliced([got], e.out_axes))
+                    _bind(env, e.outputs, [got])
                 return
+        args = _unsliced(state, e.inputs, e.in_axes)
         outs = state.ref.evaluate(x, args)
         _bind(env, e.outputs, _resliced(outs, e.out_axes))
 
@@ -304,22 +305,32 @@ class HostIrEvaluator:
 
     def _get_stream(self, e: GetCurrentStream, state: "_State") -> None:
         if self.device.type == "cuda":
-            state.streams[e.stream.number] = torch.cuda.current_stream(self.device)
+            state.current = state.streams[e.stream.number] = torch.cuda.current_stream(self.device)
 
     def _set_stream(self, e: SetCurrentStream, state: "_State") -> None:
         if self.device.type == "cuda":
-            torch.cuda.set_stream(self._stream(e.stream, state))
+            s = self._stream(e.stream, state)
+            torch.cuda.set_stream(s)
+            state.current = s
+            state.marks.pop(s.cuda_stream, None)  # work issued from here on is not in its mark
 
     def _synchronize(self, e: Synchronize, state: "_State") -> None:
         if self.device.type == "cuda":
             src = self._stream(e.stream, state)
-            # one event per stream, recorded anew each time (a wait takes the event's state
-            # when it is issued): creating an event per wait costs more than the wait
-            ev = _EVENTS.get(src.cuda_stream)
+            key = src.cuda_stream
+            ev = state.marks.get(key)
             if ev is None:
-                ev = _EVENTS[src.cuda_stream] = torch.cuda.Event()
-            ev.record(src)
-            torch.cuda.current_stream(self.device).wait_event(ev)
+                # one event per stream, recorded anew (a wait takes the event's state when it
+                # is issued; creating an event per wait costs more than the wait)
+                ev = _EVENTS.get(key)
+                if ev is None:
+                    ev = _EVENTS[key] = torch.cuda.Event()
+                ev.record(src)
+                # still all of src's work until src is made current again: a stream loop's
+                # iterations wait on the caller's one mark instead of recording it again
+                state.marks[key] = ev
+            cur = state.current
+            (cur if cur is not None else torch.cuda.current_stream(self.device)).wait_event(ev)
 
     def _select(self, e: HirAliasSelect, state: "_State") -> None:
         env = state.env
@@ -329,13 +340,18 @@ class HostIrEvaluator:
 class _State:
     """One execution's values, reference executor, random-number draw and streams."""
 
-    __slots__ = ("env", "ref", "drawn", "streams", "raw")
+    __slots__ = ("env", "ref", "drawn", "streams", "raw", "current", "marks")
 
     def __init__(self, env: dict, ref: ReferenceExecutor, drawn: Any) -> None:
         self.env = env
         self.ref = ref
         self.drawn = drawn
         self.streams: dict[int, Any] = {}
+        #: the stream the program made current (None: the caller's, not read yet)
+        self.current: Any = None
+        #: per stream handle: the event recorded on it by a Synchronize, while no work can
+        #: have been issued to it since (it has not been made current again)
+        self.marks: dict[int, Any] = {}
         #: inputs as given where `env` holds the reference executor's view of them
         self.raw: dict[Val, Any] = {}
 
@@ -378,7 +394,8 @@ def _aten(x: Any, args: Sequence[Any], out: Any) -> Any:
     if not all(isinstance(a, torch.Tensor) and a.dtype == dt for a in args):
         return None
     if isinstance(x, MatmulOp):
-        if isinstance(out, torch.Tensor):
+        # (ATen's matmul into `out` reshapes `out` where an operand is 1-D: copied instead)
+        if isinstance(out, torch.Tensor) and args[0].ndim > 1 and args[1].ndim > 1:
             return torch.matmul(args[0], args[1], out=out)
         return torch.matmul(args[0], args[1])
     if args[1].ndim != 2:  # a 1-D weight: the reference executor's special cases
