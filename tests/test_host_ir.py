@@ -190,6 +190,75 @@ def test_stream_loop_waits_for_the_caller_and_joins_back():
     assert torch.equal(got, x * 3.0)
 
 
+def _loop_graphs(fd):
+    from fuser.host.graphs import LoopGraphs
+
+    return [e for _, e in fd._entry.last_runner._steps if isinstance(e, LoopGraphs)]
+
+
+def _matmul_gelu_loop():
+    from fuser.benchmarks import overlap
+
+    return overlap.define(True)  # gelu(x @ w) * 2 over x's first axis on streams
+
+
+def _gelu_mm(x, w):
+    return (torch.nn.functional.gelu((x @ w).float(), approximate="tanh") * 2).bfloat16()
+
+
+@pytest.mark.gpu
+def test_stream_loop_is_replayed_from_a_cuda_graph():
+    """Once a call's addresses were seen before, the loop is one graph replay: it reads
+    what those addresses hold at each call (new values in place give eager's results),
+    and a call with other tensors runs for its own addresses."""
+    fd = _matmul_gelu_loop()
+    x = torch.randn(4, 64, 128, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(128, 96, device="cuda", dtype=torch.bfloat16)
+    calls = 8
+    for _ in range(calls):
+        x.copy_(torch.randn_like(x))  # new values at the same address
+        (out,) = fd.execute([x, w])
+        assert_close(out.float(), _gelu_mm(x, w).float(), rtol=2e-2, atol=2e-2)
+        del out  # (the next call's buffers come back at the same addresses)
+    (g,) = _loop_graphs(fd)
+    # the allocator may hand the two same-sized buffers back in either order: two keys
+    assert 1 <= g.captures <= 2 and g.replays >= calls - 4, (g.captures, g.replays)
+    replays = g.replays
+    x2 = torch.randn_like(x)  # another input address
+    (out,) = fd.execute([x2, w])
+    assert_close(out.float(), _gelu_mm(x2, w).float(), rtol=2e-2, atol=2e-2)
+    assert g.replays == replays, "a key seen for the first time runs plainly"
+
+
+@pytest.mark.gpu
+def test_stream_loop_graphs_can_be_turned_off_and_stay_off_inside_a_users_capture(monkeypatch):
+    fd = _matmul_gelu_loop()
+    x = torch.randn(4, 32, 64, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(64, 48, device="cuda", dtype=torch.bfloat16)
+    want = _gelu_mm(x, w)
+    monkeypatch.setenv("FUSER_DISABLE", "stream_graphs")
+    for _ in range(3):
+        (out,) = fd.execute([x, w])
+    (g,) = _loop_graphs(fd)
+    assert not g.graphs and g.captures == 0 and g.replays == 0
+    assert_close(out.float(), want.float(), rtol=2e-2, atol=2e-2)
+    monkeypatch.delenv("FUSER_DISABLE")
+    # inside the user's own capture the loop is recorded into the user's graph
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    user = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(side):
+        fd.execute([x, w])  # warm on this stream
+        side.synchronize()
+        with torch.cuda.graph(user, stream=side):
+            (captured,) = fd.execute([x, w])
+    captured.fill_(float("nan"))
+    user.replay()
+    torch.cuda.synchronize()
+    assert_close(captured.float(), want.float(), rtol=2e-2, atol=2e-2)
+    assert not g.graphs
+
+
 @pytest.mark.gpu
 def test_error_inside_a_stream_loop_restores_the_callers_stream(monkeypatch):
     import fuser.host.evaluator as ev

@@ -37,6 +37,7 @@ from .ir import (
     Stream,
     Synchronize,
 )
+from .graphs import LoopGraphs, loop_regions, usable
 from .lower import as_declared
 
 #: worker streams a stream loop cycles through (FUSER_NUM_STREAMS overrides)
@@ -123,6 +124,18 @@ class HostIrEvaluator:
             GetCurrentStream: self._get_stream, SetCurrentStream: self._set_stream, Synchronize: self._synchronize,
             HirAliasSelect: self._select,
         }
+        #: the top-level expressions as run: a stream loop with its join is one step, which
+        #: a CUDA graph may replay (fuser/host/graphs.py)
+        self._steps: list[tuple[Callable[[Any, Any], None], Any]] = []
+        regions = loop_regions(exprs) if self.device.type == "cuda" else {}
+        k = 0
+        while k < len(exprs):
+            if k in regions:
+                self._steps.append((self._graphed_loop, LoopGraphs(exprs[k:regions[k] + 1])))
+                k = regions[k] + 1
+            else:
+                self._steps.append((self._handlers[type(exprs[k])], exprs[k]))
+                k += 1
         #: per segment index: the positions of its first and last top-level expression (observer)
         self._spans: dict[int, tuple[int, int]] = {}
         for k, e in enumerate(exprs):
@@ -160,9 +173,8 @@ class HostIrEvaluator:
         caller = torch.cuda.current_stream(self.device) if self._switches_streams else None
         try:
             if self.observer is None:
-                handlers = self._handlers
-                for e in program.exprs:
-                    handlers[type(e)](e, state)
+                for step, e in self._steps:
+                    step(e, state)
             else:
                 self._run_observed(program.exprs, state)
         finally:
@@ -297,6 +309,39 @@ class HostIrEvaluator:
             for b in e.body:
                 handlers[type(b)](b, state)
         env.pop(e.index, None)
+
+    def _graphed_loop(self, g: LoopGraphs, state: "_State") -> None:
+        """A stream loop and its join: replayed from a CUDA graph where one was captured
+        for this call's key, captured at the key's second sighting, else run as is."""
+        key = None
+        if not g.off and usable(self.device, bool(self.rng_streams)):
+            key = g.key(state.env, state.raw, state.ref.value)
+        graph, capture = g.lookup(key) if key is not None else (None, False)
+        if graph is None and capture:
+            caller = state.current
+            number = g.exprs[1].stream.number  # the caller's stream, as the loop names it
+
+            def issue(side: Any) -> None:
+                state.streams[number] = state.current = side
+                state.marks.clear()
+                self._run_plain(g.exprs, state)
+
+            try:
+                graph = g.capture(key, issue, self.device)
+            finally:
+                state.streams[number] = state.current = caller
+                state.marks.clear()
+        if graph is None:
+            self._run_plain(g.exprs, state)
+            return
+        graph.replay()  # on the caller's stream, which the loop starts and ends on
+        g.replays += 1
+        state.marks.clear()  # the caller has new work: its mark no longer covers it
+
+    def _run_plain(self, exprs: Sequence[HostExpr], state: "_State") -> None:
+        handlers = self._handlers
+        for e in exprs:
+            handlers[type(e)](e, state)
 
     def _stream(self, s: Stream, state: "_State") -> Any:
         if s.index is not None:

@@ -1,0 +1,146 @@
+"""Stream loops replayed from CUDA graphs.
+
+A stream loop issues several host calls an iteration (a stream switch, an event wait, the
+slices' views, a cuBLAS call, a kernel launch): tens of µs of Python and driver time each,
+which can exceed the GPU work they order. At every call whose tensors sit at the same
+addresses, a loop issues the same work, so the loop and its join are captured once as a
+CUDA graph and replayed: one launch for the whole loop.
+
+A loop is captured the second time its key is seen (the addresses and strides of every
+tensor it reads or writes from outside, the values of the scalars it reads) and replayed
+while the key repeats: a model's step meets its activations at the same addresses step
+after step, as the caching allocator hands the same blocks back. Not graphed: programs that
+draw random numbers (each call draws new seeds), calls made while the caller's stream is
+being captured (the caller's graph records the loop), a CPU tensor among what the loop
+reads (its value would be baked in), and FUSER_DISABLE=stream_graphs. A loop whose capture
+fails (an operation a graph cannot hold) runs plainly from then on.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any, Callable, Sequence
+
+import torch
+
+from fuser.ir import Val
+from fuser.options import disabled
+
+from .ir import ForLoop, HostExpr, SetCurrentStream, Synchronize
+
+#: graphs kept per loop (least recently used dropped first), and captures a loop may make
+#: before it stops trying (its keys keep changing: the graphs would not be replayed)
+MAX_GRAPHS = 4
+MAX_CAPTURES = 16
+
+
+def loop_regions(exprs: Sequence[HostExpr]) -> dict[int, int]:
+    """Stream loops of a top-level expression list, as {position of the work loop:
+    position of its join loop}: the loop, `SetCurrentStream` back to the caller's stream,
+    and the loop waiting for each worker (what `lower_streams` makes)."""
+    out = {}
+    for k in range(len(exprs) - 2):
+        work, back, join = exprs[k], exprs[k + 1], exprs[k + 2]
+        if (isinstance(work, ForLoop) and isinstance(back, SetCurrentStream) and isinstance(join, ForLoop)
+                and any(isinstance(b, SetCurrentStream) and b.stream.index is not None for b in work.body)
+                and join.body and all(isinstance(b, Synchronize) for b in join.body)):
+            out[k] = k + 2
+    return out
+
+
+class LoopGraphs:
+    """One stream loop's captured graphs, by key."""
+
+    def __init__(self, exprs: Sequence[HostExpr]) -> None:
+        self.exprs = tuple(exprs)
+        #: what the loop reads from outside it: the tensors it slices (outputs included) and
+        #: the values its expressions read whole
+        self.reads: tuple[Val, ...] = exprs[0].inputs
+        self.graphs: OrderedDict[tuple, Any] = OrderedDict()
+        self.seen: OrderedDict[tuple, None] = OrderedDict()
+        self.captures = 0
+        self.replays = 0
+        self.off = False
+
+    def key(self, env: dict, raw: dict, value: Callable[[Val], Any]) -> tuple | None:
+        """What fixes the loop's work at this call: None where it must run plainly."""
+        parts: list[Any] = []
+        for v in self.reads:
+            x = raw.get(v)
+            if x is None:
+                x = env[v] if v in env else value(v)
+            if isinstance(x, torch.Tensor):
+                if not x.is_cuda:
+                    return None
+                parts.append((x.data_ptr(), x.stride()))
+            else:
+                parts.append(x)
+        try:
+            key = tuple(parts)
+            hash(key)
+        except TypeError:
+            return None
+        return key
+
+    def lookup(self, key: tuple) -> tuple[Any, bool]:
+        """(the graph to replay, or None; whether to capture one now)."""
+        g = self.graphs.get(key)
+        if g is not None:
+            self.graphs.move_to_end(key)
+            return g, False
+        if key in self.seen:
+            return None, self.captures < MAX_CAPTURES
+        self.seen[key] = None
+        if len(self.seen) > 4 * MAX_GRAPHS:
+            self.seen.popitem(last=False)
+        return None, False
+
+    def capture(self, key: tuple, run: Callable[[Any], None], device: torch.device) -> Any:
+        """Capture `run(stream)` (the loop, issued with `stream` as the caller's) into a
+        graph kept under `key`; None (and no more tries) where the capture fails."""
+        self.captures += 1
+        side = _capture_stream(device)
+        caller = torch.cuda.current_stream(device)
+        g = torch.cuda.CUDAGraph()
+        ok = False
+        with torch.cuda.stream(side):
+            g.capture_begin(capture_error_mode="thread_local")
+            try:
+                run(side)
+                ok = True
+            except Exception:  # noqa: BLE001 - what a graph cannot hold; a real error recurs in the plain run
+                ok = False
+            finally:
+                try:
+                    g.capture_end()
+                except RuntimeError:
+                    ok = False
+        torch.cuda.set_stream(caller)
+        if not ok:
+            self.off = True
+            return None
+        if len(self.graphs) >= MAX_GRAPHS:
+            # the dropped graph's memory goes back to the allocator: let its last replay end first
+            caller.synchronize()
+            self.graphs.popitem(last=False)
+        self.graphs[key] = g
+        return g
+
+
+def usable(device: torch.device, rng: bool) -> bool:
+    """Whether a stream loop on `device` may be replayed from a graph at this call."""
+    return (device.type == "cuda" and not rng and not disabled("stream_graphs")
+            and not torch.cuda.is_current_stream_capturing())
+
+
+_SIDE: dict[Any, Any] = {}
+
+
+def _capture_stream(device: torch.device) -> Any:
+    """The stream graphs are captured on (capture cannot use the legacy default stream)."""
+    s = _SIDE.get(device.index)
+    if s is None:
+        s = _SIDE[device.index] = torch.cuda.Stream(device)
+    return s
+
+
+__all__ = ["LoopGraphs", "loop_regions", "usable", "MAX_GRAPHS", "MAX_CAPTURES"]
