@@ -2437,7 +2437,8 @@ class _Gen:
                              bound=max(x.bound, 1.5), perturb=None)
         src = self.input_var(src_axes, x.dtype)
         return self.emit(f"fd.ops.scatter({x.name}, {idx.name}, {src.name}, dim={p})",
-                         f"torch.scatter({x.name}, {p}, {idx.name}.long(), {src.name})",
+                         # (the twin computes a low-precision intermediate in its float type)
+                         f"torch.scatter({x.name}, {p}, {idx.name}.long(), {src.name}.to({x.name}.dtype))",
                          tuple((k, "i" if kd == "e" else kd) for k, kd in x.axes), exact=x.exact and src.exact,
                          bound=max(x.bound, src.bound), perturb=None)
 

@@ -300,7 +300,11 @@ INNER_OUTER_VECTORS = 4
 #: [16384, 1024] 47.3 / 46.1 / 46.2, [16384, 2048] 78.8 / 82.1 / 82.1, [16384, 4096] 146.6 /
 #: 148.6 / 149.7, [8192, 8192] 161.2 / 154.9 / 155.1, [4096, 16384] 237.9 / 238.4 / 238.3;
 #: RMSNorm backward (1) never / up to 2: 43.2 / 42.8, 84.8 / 85.9, 141.3 / 142.8, 141.4 /
-#: 145.8 at those shapes: within 4% either way, no setting best everywhere; kept at 2
+#: 145.8 at those shapes: within 4% either way, no setting best everywhere; kept at 2.
+#: H200: LayerNorm 42.4 / 39.5 / 39.5, 64.1 / 67.4 / 67.5, 127.9 / 124.9 / 124.9, 144.8 /
+#: 130.6 / 130.5, 171.9 / 171.8 / 171.5 (wide wins by 10% at [8192, 8192]); RMSNorm 33.1 /
+#: 33.5, 60.0 / 61.4, 105.9 / 115.5, 111.7 / 118.5: with one outer reduction "never" is 6-9%
+#: faster from rows of 4096 on an H200 (3% on an H100), the lead for a rule on the count
 INNER_OUTER_WIDE_MAX_OUTER = 2
 
 

@@ -109,7 +109,9 @@ WELFORD_BLOCK_THREADS = 128
 #: var_mean over 64M bf16 / 32M fp32 elements, µs Welford -> held: bf16 rows of 2048 48.0 ->
 #: 44.1, 8192 45.8 -> 44.7, 8200 50.2 -> 44.9, 12288 47.6 -> 45.2, 16384 45.7 -> 45.6; fp32
 #: 2048 45.1 -> 44.3, 8200 47.7 -> 44.4, 12288 50.8 -> 44.5, 16384 46.2 -> 44.9: held is as
-#: fast or faster at every length swept, so rows up to 16384 are held (8192 before)
+#: fast or faster at every length swept, so rows up to 16384 are held (8192 before). H200,
+#: bf16: 2048 43.8 -> 33.7, 8192 36.5 -> 34.4, 8200 40.7 -> 35.2, 12288 37.5 -> 33.7, 16384
+#: 34.7 -> 34.0: held is faster there too
 WELFORD_PERSISTENT_MAX = 16384
 HELD_ELEMENTS = 32
 
@@ -284,7 +286,9 @@ def vector_width(sub: SubFusion, geo: ReductionGeometry, vectorized: list[Tensor
 #: outer_blocks_per_sm`, H100, sum over dim 0 bf16, µs at 1 / 2 / 3 / 4 / 6: [16384, 4096]
 #: 57.9 / 47.5 / 47.4 / 48.1 / 47.9; [8192, 8192] 60.2 / 181.5 / 46.5 / 47.6 / 48.6;
 #: [2048, 16384] 25.2 / 24.3 / 24.3 / 25.9 / 26.4; [65536, 1024] 62.2 / 49.5 / 49.2 / 50.0 /
-#: 50.1; [4096, 2048] 12.6 / 10.6 / 10.6 / 10.6 / 10.6: 3 is best or within 1% everywhere
+#: 50.1; [4096, 2048] 12.6 / 10.6 / 10.6 / 10.6 / 10.6: 3 is best or within 1% everywhere.
+#: H200: 52.7 / 37.3 / 34.3 / 35.2 / 35.8; 55.3 / 35.6 / 34.2 / 34.2 / 35.3; 21.5 / 19.6 /
+#: 19.6 / 19.7 / 20.3; 58.8 / 39.7 / 36.0 / 36.3 / 37.3; 11.5 / 9.4 / 9.5 / 9.5 / 9.5: the same
 OUTER_BLOCKS_PER_SM = 3
 #: threads across the columns of an outer reduction's block at least, where the columns are
 #: too few to give every SM a block
@@ -297,7 +301,9 @@ NARROW_MIN_VECTOR = 4
 #: the rows are too few to give every SM a block (see few_rows_threads). `bench --sweep
 #: few_rows_elements`, H100, softmax bf16 (input sets rotated past L2), µs at 4 / 8 / 16 /
 #: 32: [32 | 64 | 128, 1000] 1.4 / 1.4 / 1.7 / 1.7; [132, 2048] 2.0 each; [64, 4096] 2.1 /
-#: 2.2 / 2.1 / 15.3; [128, 8192] 3.3 each: 8 is as fast as any, 16 and 32 slower
+#: 2.2 / 2.1 / 15.3; [128, 8192] 3.3 each: 8 is as fast as any, 16 and 32 slower. H200:
+#: [32 | 64, 1000] 1.3 / 1.3 / 1.6 / 1.6, [128, 1000] 1.4 / 1.4 / 1.6 / 1.6, [132, 2048] 1.9 /
+#: 1.8 / 1.8 / 1.8, [64, 4096] 1.8 each, [128, 8192] 3.0 / 3.1 / 3.0 / 3.0: 8 within 0.1 of best
 FEW_ROWS_ELEMENTS = 8
 FEW_ROWS_MAX_BDX = 128
 
