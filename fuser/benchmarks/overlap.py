@@ -71,8 +71,10 @@ class OverlapRow:
         return self.matmul_us + self.pointwise_us
 
 
-def run(shapes=SHAPES, iters: int = 20, repeats: int = 5) -> list[OverlapRow]:
-    """Time each shape's loop, its parts and the unparallelised fusion (CUDA)."""
+def run(shapes=SHAPES, iters: int = 20, repeats: int = 5, rounds: int = 3) -> list[OverlapRow]:
+    """Time each shape's loop, its parts and the unparallelised fusion (CUDA), in `rounds`
+    round-robin rounds (medians): a GPU warmed by one variant's timing (clocks drop under a
+    long GEMM run) slows whichever variant comes next, so no variant always comes last."""
     rows = []
     for c, s, k, n in shapes:
         x = torch.randn(c, s, k, device="cuda", dtype=torch.bfloat16) / k ** 0.5
@@ -85,15 +87,19 @@ def run(shapes=SHAPES, iters: int = 20, repeats: int = 5) -> list[OverlapRow]:
         m = x @ w
         pw = _pointwise()
         pw.execute([m])
-
-        def t(fn: Callable[[], object]) -> float:
-            return kernel_time(fn, iters=iters, repeats=repeats).us
-
-        lt = kernel_time(lambda: loop.execute([x, w]), iters=iters, repeats=repeats)
-        host = _issue_us(lambda: loop.execute([x, w]))
-        wall = host_time_per_call(lambda: loop.execute([x, w]), calls=iters, repeats=repeats, warmup=2)
-        rows.append(OverlapRow((c, s, k, n), lt.us, t(lambda: torch.matmul(x, w)), t(lambda: pw.execute([m])),
-                               t(lambda: seq.execute([x, w])), host, host > lt.us, wall))
+        variants: dict[str, Callable[[], object]] = {
+            "loop": lambda: loop.execute([x, w]), "matmul": lambda: torch.matmul(x, w),
+            "pointwise": lambda: pw.execute([m]), "sequential": lambda: seq.execute([x, w])}
+        got: dict[str, list[float]] = {name: [] for name in (*variants, "wall")}
+        for r in range(rounds):
+            order = list(variants)[r % len(variants):] + list(variants)[:r % len(variants)]
+            for name in order:
+                got[name].append(kernel_time(variants[name], iters=iters, repeats=repeats).us)
+            got["wall"].append(host_time_per_call(variants["loop"], calls=iters, repeats=repeats, warmup=2))
+        med = {name: statistics.median(v) for name, v in got.items()}
+        host = _issue_us(variants["loop"])
+        rows.append(OverlapRow((c, s, k, n), med["loop"], med["matmul"], med["pointwise"], med["sequential"],
+                               host, host > med["loop"], med["wall"]))
     return rows
 
 
@@ -127,7 +133,8 @@ def table(rows: list[OverlapRow], device: str) -> str:
                      f"{r.pointwise_us:.1f} | {r.parts_us:.1f} | {r.loop_us / r.parts_us:.2f} | {r.sequential_us:.1f} | "
                      f"{r.loop_host_us:.1f}{' (host-bound)' if r.host_bound else ''} | {r.loop_wall_us:.1f} | "
                      f"{r.loop_wall_us / r.parts_us:.2f} |")
-    lines.append("GPU times (CUDA events; the host issues each timed loop while the GPU is held busy); loop host: "
+    lines.append("GPU times (CUDA events, medians of round-robin rounds over the variants; the host issues each "
+                 "timed loop while the GPU is held busy); loop host: "
                  "the host's time to issue one call on an idle GPU; loop wall: per call of back-to-back calls "
                  "with one synchronize at the end, what a caller waits")
     return "\n".join(lines)
