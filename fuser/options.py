@@ -4,7 +4,9 @@ from __future__ import annotations
 import os
 import sys
 
-KNOWN_DUMPS = frozenset({"fusion_ir", "fusion_ir_preseg", "segmented_fusion", "scheduler_params", "cuda_kernel", "host_ir", "launch_param"})
+#: the names FUSER_DUMP understands; each has a dump() call site (tests/test_kernel_ir_dump.py checks)
+KNOWN_DUMPS = frozenset({"fusion_ir", "fusion_ir_preseg", "segmented_fusion", "scheduler_params", "kernel_ir",
+                         "cuda_kernel", "host_ir"})
 
 
 def _names(var: str) -> frozenset[str]:

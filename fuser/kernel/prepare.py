@@ -14,6 +14,7 @@ import torch
 from fuser.codegen.cuda import kernel_source
 from fuser.ir import Fusion, TensorView, WelfordOp
 from fuser.lower.kir import Kernel
+from fuser.lower.kir_printer import kernel_ir_str
 from fuser.lower.lower import NotLowerable, lower_pointwise
 from fuser.options import disabled, dump, dump_enabled
 from fuser.runtime.index_check import check_on_host
@@ -88,6 +89,8 @@ def _launch_plan(fusion: Fusion, kernel: Kernel, params: Any, info: SchedulerRun
                  grid: tuple[int, int], block: tuple[int, int]) -> GeneratedKernel:
     """The CUDA of a lowered kernel and its launch plan for the call `args` describes."""
     source = kernel_source(kernel)
+    if dump_enabled("kernel_ir"):  # printing a large kernel costs: only when asked
+        dump("kernel_ir", kernel_ir_str(kernel, grid, block))
     if dump_enabled("scheduler_params") or dump_enabled("cuda_kernel"):
         # what the plan assumed: the device's limits, or the planning target's without one
         target = target_line(info.device_limits)
