@@ -3402,32 +3402,43 @@ def write_report(summary: Summary, path: str | None) -> None:
 DEFAULT_SEED = 20_240_613
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """The command line (see --help); exit status 0 when every case passed, 1 when some
-    failed, 2 when a CUDA run was refused."""
+def build_parser() -> argparse.ArgumentParser:
+    """The command line's parser: every option's help states its default (tests check it)."""
+    # the plain formatter on purpose: an option whose help forgets %(default)s shows it in --help
     p = argparse.ArgumentParser(
         prog="python -m tests.gpu_fuzz",
         description="Differential fuzzing of fuser against eager PyTorch (see the module docstring). The last line "
-                    "printed is the summary: '<gpu|cpu> fuzz: N cases, M mismatches, K crashes, ...'.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--cases", type=int, default=int(os.environ.get("FUSER_FUZZ_CASES", "300")),
-                   help="how many cases to run (env FUSER_FUZZ_CASES)")
+                    "printed is the summary: '<gpu|cpu> fuzz: N cases, M mismatches, K crashes, ...'.")
+    p.add_argument("--cases", type=int, metavar="N", default=int(os.environ.get("FUSER_FUZZ_CASES", "300")),
+                   help="how many cases to run, from --start on (default: %(default)s; env FUSER_FUZZ_CASES sets it)")
     p.add_argument("--seed", type=int, default=int(os.environ.get("FUSER_FUZZ_SEED", str(DEFAULT_SEED))),
-                   help="the case stream; a case is a pure function of (seed, index) (env FUSER_FUZZ_SEED)")
-    p.add_argument("--start", type=int, default=0,
-                   help="index of the first case (--start I --cases 1 reruns case I)")
+                   help="the case stream; a case is a pure function of (seed, index) (default: %(default)s; "
+                        "env FUSER_FUZZ_SEED sets it)")
+    p.add_argument("--start", type=int, metavar="I", default=0,
+                   help="index of the first case; --start I --cases 1 reruns case I (default: %(default)s)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
                    help="where fuser executes: cuda (generated kernels; refused without pycuda or with "
-                        "FUSER_DISABLE=codegen) or cpu (the reference executor: checks the fuzzer itself)")
+                        "FUSER_DISABLE=codegen) or cpu (the reference executor: checks the fuzzer itself) "
+                        "(default: %(default)s, cuda where this machine has a GPU)")
     p.add_argument("--family", default="mix", choices=("mix",) + FAMILIES,
                    help="run only cases of this generator family; mix draws each case's family: "
-                        + ", ".join(f"{f} {w}%%" for f, w in FAMILY_WEIGHTS.items()))
-    p.add_argument("--report", default=os.environ.get("FUSER_FUZZ_REPORT"),
-                   help="append the summary line to this file (env FUSER_FUZZ_REPORT)")
-    p.add_argument("--show", type=int, default=3, help="print this many repros of failures")
+                        + ", ".join(f"{f} {w}%%" for f, w in FAMILY_WEIGHTS.items()) + " (default: %(default)s)")
+    p.add_argument("--report", metavar="PATH", default=os.environ.get("FUSER_FUZZ_REPORT"),
+                   help="append the summary line to this file (default: %(default)s; env FUSER_FUZZ_REPORT sets it, "
+                        "None writes no file)")
+    p.add_argument("--show", type=int, metavar="N", default=3,
+                   help="print the repro scripts of this many failures (default: %(default)s)")
     p.add_argument("--print-repro", action="store_true",
-                   help="print the cases' repro scripts (for --device) instead of running them")
-    p.add_argument("--progress", action="store_true", help="print a progress line to stderr every 100 cases")
+                   help="print the cases' repro scripts (for --device) instead of running them (default: %(default)s)")
+    p.add_argument("--progress", action="store_true",
+                   help="print a progress line to stderr every 100 cases (default: %(default)s)")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The command line (see --help); exit status 0 when every case passed, 1 when some
+    failed, 2 when a CUDA run was refused."""
+    p = build_parser()
     args = p.parse_args(argv)
     if args.family == "mix":
         args.family = None

@@ -4,6 +4,7 @@ tensors and scalars, inputs from sizes/strides and example tensors, outputs (ali
 strided), option switches and validate. CPU only, small tensors."""
 import inspect
 import operator
+import tempfile
 import warnings
 
 import pytest
@@ -838,13 +839,18 @@ def test_validate_fails_on_wrong_reference():
         fd.validate([x], reference_outputs=[x.relu() + 1])
 
 
-def test_execute_failure_prints_repro_and_raises(capsys):
+def test_execute_failure_writes_repro_and_raises(capsys, tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     fd = _simple()
     with pytest.raises(ValueError, match="dtype"):
         fd.execute([torch.randn(3, 4, dtype=torch.float64)])
     err = capsys.readouterr().err
-    assert f"def nvfuser_fusion_id{fd.id()}(fd : FusionDefinition) -> None :" in err
-    assert "torch.float64" in err
+    # stderr names the file in one line; the script is in the file
+    (path,) = tmp_path.glob(f"fuser_repro_{fd.id()}_*.py")
+    assert err == f"fuser: executing FusionDefinition {fd.id()} failed (the error follows); a script reproducing it: {path}\n"
+    script = path.read_text()
+    assert f"def nvfuser_fusion_id{fd.id()}(fd : FusionDefinition) -> None :" in script
+    assert "torch.float64" in script
 
 
 def test_wrong_number_of_inputs():

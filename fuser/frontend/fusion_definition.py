@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import sys
+import tempfile
 import time
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -441,6 +443,24 @@ class FusionDefinition:
         return repro_script(self._records, self._entry.id if self._entry else None,
                             _flatten_inputs(inputs) if inputs is not None else None)
 
+    def _save_repro(self, inputs: Sequence[Any]) -> str:
+        """Write the repro script of a failed execute to the temp directory; returns the
+        one line telling the user where it is (or why it is not there)."""
+        fusion_id = self._entry.id
+        path = os.path.join(tempfile.gettempdir(), f"fuser_repro_{fusion_id}_{os.getpid()}.py")
+        head = f"fuser: executing FusionDefinition {fusion_id} failed (the error follows)"
+        try:
+            script = self.repro_script_for(inputs)
+        except Exception as err:  # a broken repro must not hide the error it was meant to explain
+            return f"{head}; no repro script: building it failed with {type(err).__name__}: {err}"
+        try:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(script)
+        except OSError as err:
+            return (f"{head}; the repro script could not be written to {path} ({err.strerror or err}): "
+                    "fd.repro_script_for(inputs) returns it")
+        return f"{head}; a script reproducing it: {path}"
+
     def last_repro_script(self) -> str:
         """The repro script for the inputs of the last execute(..., save_repro_inputs=True)."""
         if self.fake_inputs is None:
@@ -501,12 +521,9 @@ class FusionDefinition:
             with _capturing(captured):
                 return self._run(inputs, device, profile)
         except Exception as err:
-            if not print_repro:
-                print(
-                    f"An error occurred while executing fuser FusionDefinition {self._entry.id}.\n"
-                    "Here's a script to reproduce the error:\n```python\n" + self.repro_script_for(inputs) + "```",
-                    file=sys.stderr,
-                )
+            if not print_repro:  # with print_repro the script is on stdout already
+                # one line, so the error below it is what the user reads first
+                print(self._save_repro(inputs), file=sys.stderr)
             converted = nvfuser_style(err)
             if converted is err:
                 raise

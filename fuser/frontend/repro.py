@@ -2,7 +2,8 @@
 the repro scripts built around it (nvFuser's `repro_script_for` layout)."""
 from __future__ import annotations
 
-import re
+import math
+import sys
 from typing import Any, Sequence
 
 import torch
@@ -20,13 +21,9 @@ def definition_text(records: Sequence[Record], fusion_id: int | None) -> str:
     return "\n".join(lines) + "\n\n"
 
 
-def input_text(x: Any) -> str:
-    """A Python expression building an input like `x`: `torch.testing.make_tensor` for a
-    contiguous tensor, random storage viewed with `as_strided` otherwise (nvFuser's)."""
-    if not isinstance(x, torch.Tensor):
-        # nan and inf print bare; Python needs them spelled as floats
-        text = re.sub(r"\binf\b", 'float("inf")', str(x))
-        return re.sub(r"\bnan\b", 'float("nan")', text)
+def _tensor_text(x: torch.Tensor) -> str:
+    """A tensor like `x` (a dtype torch makes at random): `torch.testing.make_tensor` when
+    contiguous, random storage viewed with `as_strided` otherwise (nvFuser's)."""
     dev = f"'{x.device}'"
     size = tuple(x.size())
     if x.is_contiguous():
@@ -45,6 +42,85 @@ def input_text(x: Any) -> str:
         upper = 2 if x.dtype is torch.bool else 10
         base = f"torch.randint(0, {upper}, ({storage},), dtype={x.dtype}, device={dev})"
     return f"{base}.as_strided({size}, {tuple(x.stride())})"
+
+
+def _inputs_text(inputs: Sequence[Any]) -> str:
+    """The tail of a repro script: `inputs = [...]`, one valid Python expression per input,
+    and `fd.execute(inputs)`."""
+    # numpy inputs exist only where numpy was imported: no import (or dependency) here
+    numpy = sys.modules.get("numpy")
+    uses_numpy = numpy is not None and any(isinstance(x, (numpy.ndarray, numpy.generic)) for x in inputs)
+    lines = ["import numpy\n"] if uses_numpy else []
+    lines.append("inputs = [\n")
+    for x in inputs:
+        expr, note = input_text(x)
+        lines.append(f"    {expr},{'  # ' + note if note else ''}\n")
+    return "\n" + "".join(lines) + "]\nfd.execute(inputs)\n"
+
+
+#: dtypes torch can make random tensors of (make_tensor, randn or randint); others are made
+#: from random bytes viewed as that dtype
+_RANDOM_DTYPES = frozenset({
+    torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2,
+    torch.complex64, torch.complex128, torch.bool, torch.int8, torch.int16, torch.int32, torch.int64,
+    torch.uint8, torch.uint16, torch.uint32, torch.uint64,
+})
+
+
+def input_text(x: Any) -> tuple[str, str]:
+    """A Python expression that builds an input like `x` in a repro script (torch and numpy
+    imported), and a note for a comment where the expression only stands in for `x`."""
+    numpy = sys.modules.get("numpy")
+    if isinstance(x, torch.Tensor):
+        if x.dtype in _RANDOM_DTYPES:
+            return _tensor_text(x), ""
+        storage = 0 if x.numel() == 0 else 1 + sum((s - 1) * st for s, st in zip(x.size(), x.stride()))
+        nbytes = storage * x.element_size()
+        return (f"torch.randint(0, 256, ({nbytes},), dtype=torch.uint8, device='{x.device}').view({x.dtype})"
+                f".as_strided({tuple(x.size())}, {tuple(x.stride())})", "")
+    # before float: numpy.float64 is a float whose repr (np.float64(...)) names no imported module
+    if numpy is not None and isinstance(x, (numpy.ndarray, numpy.generic)):
+        # values as well as shape and dtype: a numpy input is usually small, and its values may matter
+        made = f"numpy.array({_nested_text(x.tolist())}, dtype={x.dtype.str!r})"
+        return (f"{made}.reshape({x.shape})" if isinstance(x, numpy.ndarray) else f"{made}[()]"), ""
+    if x is None or isinstance(x, (bool, int, float, complex, str, bytes, list, tuple)):
+        return _nested_text(x), ""
+    # an object a script cannot rebuild: None keeps the input's position
+    return "None", f"stands for a {type(x).__module__}.{type(x).__qualname__}, which a script cannot rebuild"
+
+
+def _float_text(v: float) -> str:
+    """A float as Python source: inf and nan have no literal."""
+    if math.isnan(v):
+        return 'float("nan")'
+    if math.isinf(v):
+        return 'float("inf")' if v > 0 else '-float("inf")'
+    return repr(float(v))
+
+
+def _nested_text(v: Any) -> str:
+    """None, numbers, strings and (nested) lists or tuples of them as Python source; None
+    for anything else."""
+    if isinstance(v, list):
+        return "[" + ", ".join(_nested_text(i) for i in v) + "]"
+    if isinstance(v, tuple):
+        return "(" + "".join(_nested_text(i) + ", " for i in v).rstrip(" ") + ")"
+    # subclasses (an IntEnum, a str subclass) as their base type: their own repr is no Python source
+    if isinstance(v, bool):
+        return repr(bool(v))
+    if isinstance(v, int):
+        return repr(int(v))
+    if isinstance(v, float):
+        return _float_text(v)
+    if isinstance(v, complex):
+        if math.isfinite(v.real) and math.isfinite(v.imag):
+            return repr(complex(v))
+        return f"complex({_float_text(v.real)}, {_float_text(v.imag)})"
+    if isinstance(v, str):
+        return repr(str(v))
+    if isinstance(v, bytes):
+        return repr(bytes(v))
+    return "None"
 
 
 def repro_script(records: Sequence[Record], fusion_id: int | None, inputs: Sequence[Any] | None) -> str:
@@ -70,5 +146,5 @@ def repro_script(records: Sequence[Record], fusion_id: int | None, inputs: Seque
         f"    {name}(fd)\n"
     )
     if inputs is not None:
-        msg += "\ninputs = [\n" + "".join(f"    {input_text(x)},\n" for x in inputs) + "]\nfd.execute(inputs)\n"
+        msg += _inputs_text(inputs)
     return msg

@@ -14,7 +14,7 @@ import torch
 from fuser.ir import RNGOp, Scalar, fusion_str
 from fuser.options import dump, dump_enabled
 from fuser.preseg import PresegFusion, enabled_passes, run_passes
-from fuser.runtime.binding import Binding, bind_inputs
+from fuser.runtime.binding import Binding, bind_inputs, check_one_device
 from fuser.runtime.info import runtime_info
 
 from .evaluator import HostIrEvaluator
@@ -69,6 +69,8 @@ def segmented_runner(entry: Any, inputs: Sequence[Any], device: Any = None, bind
 
         fusion = entry.fusion
         dev = torch.device(device) if device is not None else None
+        # (the signature holds each tensor's device: a cached call was checked at its first)
+        check_one_device(inputs)
         if binding is None:
             binding = bind_inputs(fusion, inputs, device=dev)
         pre = preseg_fusion(entry)

@@ -455,9 +455,42 @@ def _check_group(plan: BindingPlan, g: _Group, shapes: list[tuple[int, ...]]) ->
             )
 
 
+def device_conflict(placed: Sequence[tuple[int, torch.device, int]]) -> str | None:
+    """What is wrong with tensor inputs given as (position, device, ndim) that sit on more
+    than one device, or None when they may run together."""
+    first: tuple[int, torch.device] | None = None
+    strays: list[tuple[int, torch.device]] = []
+    for k, dev, ndim in placed:
+        # nvFuser reads a 0-dim CPU tensor on the host (a CPU scalar), beside tensors of any device
+        if ndim == 0 and dev.type == "cpu":
+            continue
+        if first is None:
+            first = (k, dev)
+        elif dev != first[1]:
+            strays.append((k, dev))
+    if not strays:
+        return None
+    k0, dev0 = first
+    named = ", ".join(f"input {k} is on {dev}" for k, dev in strays)
+    if dev0.type == "meta" or any(dev.type == "meta" for _, dev in strays):
+        # moving data onto meta drops it: say what a meta input is for instead
+        fix = "a meta tensor holds no data, so pass only meta tensors (to make code without running) or none"
+    else:
+        fix = f"move {'it' if len(strays) == 1 else 'them'} with .to('{dev0}')"
+    return (f"{named} but input {k0} is on {dev0}: all tensor inputs must be on one device (a 0-dim CPU scalar "
+            f"tensor may join CUDA inputs); {fix}")
+
+
+def check_one_device(inputs: Sequence[object]) -> None:
+    """Refuse one call's tensor inputs when they sit on different devices, before anything runs."""
+    message = device_conflict([(k, x.device, x.ndim) for k, x in enumerate(inputs) if isinstance(x, torch.Tensor)])
+    if message is not None:
+        raise InputError(message)
+
+
 def bind_inputs(fusion: Fusion, inputs: Sequence[object], *, device: torch.device | None = None) -> Binding:
     """Check `inputs` of one `execute` call against `fusion` and bind extents and scalars."""
     return BindingPlan.of(fusion).bind(inputs, device)
 
 
-__all__ = ["InputError", "Binding", "BindingPlan", "bind_inputs"]
+__all__ = ["InputError", "Binding", "BindingPlan", "bind_inputs", "check_one_device", "device_conflict"]
