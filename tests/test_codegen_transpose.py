@@ -61,11 +61,12 @@ def _dt(dtype: torch.dtype) -> DataType:
 
 
 def copy_t(dims: list[int]):
-    """A plain permute (a copy): out = x.permute(dims), contiguous."""
+    """A transposed copy: out = x.permute(dims).contiguous() (the set makes the copy: a
+    permute alone is returned as a view of x, with no kernel)."""
     def build(fd, inputs):
         (x,) = inputs
         t = fd.from_pytorch(x)
-        fd.add_output(fd.ops.permute(t, dims))
+        fd.add_output(fd.ops.set(fd.ops.permute(t, dims)))
     return build
 
 
