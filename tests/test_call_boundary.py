@@ -104,8 +104,8 @@ def repro_dir(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("devices, says", [
-    (("cpu", "meta"), "input 1 is on meta but input 0 is on cpu: "),
-    (("meta", "cpu"), "input 1 is on cpu but input 0 is on meta: "),
+    (("cpu", "meta"), "input 1 (T1) is on meta but input 0 (T0) is on cpu: "),
+    (("meta", "cpu"), "input 1 (T1) is on cpu but input 0 (T0) is on meta: "),
 ])
 def test_inputs_on_two_devices_are_refused_by_position_before_anything_runs(devices, says, monkeypatch, repro_dir):
     import fuser.host.executor as executor

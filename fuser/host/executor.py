@@ -70,7 +70,7 @@ def segmented_runner(entry: Any, inputs: Sequence[Any], device: Any = None, bind
         fusion = entry.fusion
         dev = torch.device(device) if device is not None else None
         # (the signature holds each tensor's device: a cached call was checked at its first)
-        check_one_device(inputs)
+        check_one_device(inputs, fusion)
         if binding is None:
             binding = bind_inputs(fusion, inputs, device=dev)
         pre = preseg_fusion(entry)

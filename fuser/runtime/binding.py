@@ -455,9 +455,11 @@ def _check_group(plan: BindingPlan, g: _Group, shapes: list[tuple[int, ...]]) ->
             )
 
 
-def device_conflict(placed: Sequence[tuple[int, torch.device, int]]) -> str | None:
+def device_conflict(placed: Sequence[tuple[int, torch.device, int]],
+                    names: Sequence[str] | None = None) -> str | None:
     """What is wrong with tensor inputs given as (position, device, ndim) that sit on more
-    than one device, or None when they may run together."""
+    than one device, or None when they may run together; `names` labels the inputs by
+    position (their fusion values, as the other input errors name them)."""
     first: tuple[int, torch.device] | None = None
     strays: list[tuple[int, torch.device]] = []
     for k, dev, ndim in placed:
@@ -471,19 +473,29 @@ def device_conflict(placed: Sequence[tuple[int, torch.device, int]]) -> str | No
     if not strays:
         return None
     k0, dev0 = first
-    named = ", ".join(f"input {k} is on {dev}" for k, dev in strays)
+
+    def label(k: int) -> str:
+        return f"input {k} ({names[k]})" if names is not None and k < len(names) else f"input {k}"
+
+    named = ", ".join(f"{label(k)} is on {dev}" for k, dev in strays)
     if dev0.type == "meta" or any(dev.type == "meta" for _, dev in strays):
         # moving data onto meta drops it: say what a meta input is for instead
         fix = "a meta tensor holds no data, so pass only meta tensors (to make code without running) or none"
     else:
         fix = f"move {'it' if len(strays) == 1 else 'them'} with .to('{dev0}')"
-    return (f"{named} but input {k0} is on {dev0}: all tensor inputs must be on one device (a 0-dim CPU scalar "
+    return (f"{named} but {label(k0)} is on {dev0}: all tensor inputs must be on one device (a 0-dim CPU scalar "
             f"tensor may join CUDA inputs); {fix}")
 
 
-def check_one_device(inputs: Sequence[object]) -> None:
-    """Refuse one call's tensor inputs when they sit on different devices, before anything runs."""
-    message = device_conflict([(k, x.device, x.ndim) for k, x in enumerate(inputs) if isinstance(x, torch.Tensor)])
+def check_one_device(inputs: Sequence[object], fusion: Fusion | None = None) -> None:
+    """Refuse one call's tensor inputs when they sit on different devices, before anything
+    runs (naming them by `fusion`'s input values where it is given)."""
+    names = None
+    if fusion is not None:
+        names = [f"T{v.name}" if isinstance(v, TensorView) else f"{v.dtype.scalar_prefix}{v.name}"
+                 for v in fusion.inputs]
+    message = device_conflict([(k, x.device, x.ndim) for k, x in enumerate(inputs) if isinstance(x, torch.Tensor)],
+                              names)
     if message is not None:
         raise InputError(message)
 
