@@ -15,6 +15,7 @@ import numpy as np
 from fuser.ir.domain import ParallelType
 from fuser.ir.dtype import DataType
 from fuser.ir.exprs import BinaryOpType, RNGOpType, UnaryOpType
+from fuser.ir.infix import ATOM, INFIX, PREFIX
 from fuser.lower.kir import (
     AddressOf,
     Binary,
@@ -45,23 +46,6 @@ from .ops import binds_tightly, ctype, emit_binary, emit_cast, emit_constant, em
 #: the name generated code gives the kernel's index type (a typedef at the top)
 INDEX_TYPE = "nvfuser_index_t"
 
-_ATOM = 16  # names, literals, calls, subscripts, parenthesised expressions
-_PREFIX = 15  # ! & and casts
-_OPERATORS: dict[BinaryOpType, tuple[str, int]] = {
-    BinaryOpType.Mul: ("*", 13),
-    BinaryOpType.Div: ("/", 13),
-    BinaryOpType.Mod: ("%", 13),
-    BinaryOpType.Add: ("+", 12),
-    BinaryOpType.Sub: ("-", 12),
-    BinaryOpType.Lt: ("<", 10),
-    BinaryOpType.Le: ("<=", 10),
-    BinaryOpType.Gt: (">", 10),
-    BinaryOpType.Ge: (">=", 10),
-    BinaryOpType.Eq: ("==", 9),
-    BinaryOpType.Ne: ("!=", 9),
-    BinaryOpType.LogicalAnd: ("&&", 5),
-    BinaryOpType.LogicalOr: ("||", 4),
-}
 _CALLS = {BinaryOpType.Max: "max", BinaryOpType.Min: "min"}
 _ADDITIVE = (BinaryOpType.Add, BinaryOpType.Sub)
 _COMPARISONS = (BinaryOpType.Lt, BinaryOpType.Le, BinaryOpType.Gt, BinaryOpType.Ge, BinaryOpType.Eq, BinaryOpType.Ne)
@@ -89,38 +73,38 @@ def value_ctype(dtype: DataType | None) -> str:
 def _print(e: Expr) -> tuple[str, int]:
     """`e`'s text and how tightly it binds."""
     if isinstance(e, (Var, Param)):
-        return e.name, _ATOM
+        return e.name, ATOM
     if isinstance(e, IntLit):
-        return (str(e.value), _ATOM) if e.value >= 0 else (f"({e.value})", _ATOM)
+        return (str(e.value), ATOM) if e.value >= 0 else (f"({e.value})", ATOM)
     if isinstance(e, ParallelIndex):
-        return _INDEX_NAMES[e.ptype], _ATOM
+        return _INDEX_NAMES[e.ptype], ATOM
     if isinstance(e, ParallelDim):
-        return _DIM_NAMES[e.ptype], _ATOM
+        return _DIM_NAMES[e.ptype], ATOM
     if isinstance(e, ColumnWidth):
-        return f"fuser::column_width({expr(e.n_cols)}, {e.threads})", _ATOM
+        return f"fuser::column_width({expr(e.n_cols)}, {e.threads})", ATOM
     if isinstance(e, IndexCast):
-        return f"(({INDEX_TYPE}){_operand(e.value, _PREFIX)})", _ATOM
+        return f"(({INDEX_TYPE}){_operand(e.value, PREFIX)})", ATOM
     if isinstance(e, IndexBinary):
         return _index_binary(e)
     if isinstance(e, Not):
-        return f"!{_operand(e.value, _PREFIX)}", _PREFIX
+        return f"!{_operand(e.value, PREFIX)}", PREFIX
     if isinstance(e, AddressOf):
-        return f"&{_operand(e.value, _PREFIX)}", _PREFIX
+        return f"&{_operand(e.value, PREFIX)}", PREFIX
     if isinstance(e, Member):
-        return f"{_operand(e.base, _ATOM)}.{e.field}", _ATOM
+        return f"{_operand(e.base, ATOM)}.{e.field}", ATOM
     if isinstance(e, Element):
-        return f"{_operand(e.base, _ATOM)}[{expr(e.index)}]", _ATOM
+        return f"{_operand(e.base, ATOM)}[{expr(e.index)}]", ATOM
     if isinstance(e, StateOr):
-        state = _operand(e.state, _ATOM)
-        return f"({state} != nullptr ? {state}[{e.k}] : {_operand(e.given, _ATOM)})", _ATOM
+        state = _operand(e.state, ATOM)
+        return f"({state} != nullptr ? {state}[{e.k}] : {_operand(e.given, ATOM)})", ATOM
     if isinstance(e, CheckedIndex):
         flag = expr(e.flag) if e.flag is not None else "nullptr"
         wrap = "true" if e.wrap else "false"
-        return f"fuser::checked_index<{wrap}>({expr(e.value)}, {expr(e.extent)}, {flag}, {e.check})", _ATOM
+        return f"fuser::checked_index<{wrap}>({expr(e.value)}, {expr(e.extent)}, {flag}, {e.check})", ATOM
     if isinstance(e, Lookup):
-        return f"fuser::lookup({expr(e.base)}, {expr(e.offset)}, {expr(e.position)}, {expr(e.stride)})", _ATOM
+        return f"fuser::lookup({expr(e.base)}, {expr(e.offset)}, {expr(e.position)}, {expr(e.stride)})", ATOM
     text = _value(e)
-    return text, _ATOM if binds_tightly(text) else 0
+    return text, ATOM if binds_tightly(text) else 0
 
 
 def _value(e: Expr) -> str:
@@ -169,8 +153,8 @@ def _index_binary(e: IndexBinary) -> tuple[str, int]:
     if e.op is BinaryOpType.CeilDiv:  # extents are non-negative
         return _index_binary(IndexBinary(BinaryOpType.Div, e.lhs + e.rhs - 1, e.rhs))
     if e.op in _CALLS:
-        return f"{_CALLS[e.op]}({expr(e.lhs)}, {expr(e.rhs)})", _ATOM
-    symbol, prec = _OPERATORS[e.op]
+        return f"{_CALLS[e.op]}({expr(e.lhs)}, {expr(e.rhs)})", ATOM
+    symbol, prec = INFIX[e.op]
     lhs = _side(e.lhs, e.op, prec, right=False)
     rhs = _side(e.rhs, e.op, prec, right=True)
     return f"{lhs} {symbol} {rhs}", prec
@@ -181,7 +165,7 @@ def _side(child: Expr, op: BinaryOpType, prec: int, *, right: bool) -> str:
     text, child_prec = _print(child)
     child_op = child.op if isinstance(child, IndexBinary) else None
     if op in _COMPARISONS:
-        paren = child_prec < _ATOM
+        paren = child_prec < ATOM
     elif child_prec > prec:
         paren = op is BinaryOpType.LogicalOr and child_op is BinaryOpType.LogicalAnd
     elif child_prec < prec or right:

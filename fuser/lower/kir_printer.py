@@ -13,35 +13,13 @@ from fuser.ir.domain import MemoryType, ParallelType
 from fuser.ir.dtype import DataType
 from fuser.ir.base import Scalar
 from fuser.ir.exprs import BinaryOpType, UnaryOpType
+from fuser.ir.infix import ATOM, INFIX, PREFIX
 from fuser.ir.printer import constant_str, scalar_str
 
 from . import kir
 
 _INDENT = "  "
 
-# index arithmetic and the Fusion IR's arithmetic share these symbols; a higher number binds tighter
-_INFIX: dict[BinaryOpType, tuple[str, int]] = {
-    BinaryOpType.Mul: ("*", 13),
-    BinaryOpType.Div: ("/", 13),
-    BinaryOpType.Mod: ("%", 13),
-    BinaryOpType.Add: ("+", 12),
-    BinaryOpType.Sub: ("-", 12),
-    BinaryOpType.Lshift: ("<<", 11),
-    BinaryOpType.Rshift: (">>", 11),
-    BinaryOpType.Lt: ("<", 10),
-    BinaryOpType.Le: ("<=", 10),
-    BinaryOpType.Gt: (">", 10),
-    BinaryOpType.Ge: (">=", 10),
-    BinaryOpType.Eq: ("==", 9),
-    BinaryOpType.Ne: ("!=", 9),
-    BinaryOpType.BitwiseAnd: ("&", 8),
-    BinaryOpType.BitwiseXor: ("^", 7),
-    BinaryOpType.BitwiseOr: ("|", 6),
-    BinaryOpType.LogicalAnd: ("&&", 5),
-    BinaryOpType.LogicalOr: ("||", 4),
-}
-_ATOM = 16
-_PREFIX = 15
 
 
 def _op_name(op: BinaryOpType | None) -> str:
@@ -81,9 +59,9 @@ class _Printer:
         return text if prec >= at_least else f"({text})"
 
     def infix(self, op: BinaryOpType, lhs: Any, rhs: Any) -> tuple[str, int]:
-        if op not in _INFIX:
-            return f"{op.value}({self.expr(lhs)}, {self.expr(rhs)})", _ATOM
-        symbol, prec = _INFIX[op]
+        if op not in INFIX:
+            return f"{op.value}({self.expr(lhs)}, {self.expr(rhs)})", ATOM
+        symbol, prec = INFIX[op]
         # a right operand of equal precedence keeps its parentheses: a - (b - c)
         return f"{self.operand(lhs, prec)} {symbol} {self.operand(rhs, prec + 1)}", prec
 
@@ -215,48 +193,48 @@ def _param_name(prm: kir.Param) -> str:
 
 def _unary(p: _Printer, e: kir.Unary) -> tuple[str, int]:
     if e.op is UnaryOpType.Cast:
-        return f"cast<{_dtype(e.dtype)}->{_dtype(e.out)}>({p.expr(e.operand)})", _ATOM
-    return f"{e.op.value}({p.expr(e.operand)})", _ATOM
+        return f"cast<{_dtype(e.dtype)}->{_dtype(e.out)}>({p.expr(e.operand)})", ATOM
+    return f"{e.op.value}({p.expr(e.operand)})", ATOM
 
 
 def _random(p: _Printer, e: kir.Random) -> tuple[str, int]:
     return (f"rng_{e.op.value}<{_dtype(e.out)}>({p.exprs(e.params)}, seed={p.expr(e.seed)}, "
-            f"offset={p.expr(e.offset)}, index={p.expr(e.index)}, state={e.state})"), _ATOM
+            f"offset={p.expr(e.offset)}, index={p.expr(e.index)}, state={e.state})"), ATOM
 
 
 def _checked_index(p: _Printer, e: kir.CheckedIndex) -> tuple[str, int]:
     flag = f", flag={p.expr(e.flag)}" if e.flag is not None else ""
     wrap = ", wrap" if e.wrap else ""
     return (f"checked_index<{_dtype(e.dtype)}>({p.expr(e.value)}, extent={p.expr(e.extent)}, "
-            f"check={e.check}{flag}{wrap})"), _ATOM
+            f"check={e.check}{flag}{wrap})"), ATOM
 
 
 _EXPRS: dict[type, Callable[[_Printer, Any], tuple[str, int]]] = {
-    kir.Var: lambda p, e: (p.name(e.name), _ATOM),
-    kir.Param: lambda p, e: (_param_name(e), _ATOM),
-    kir.ParallelIndex: lambda p, e: (e.ptype.value, _ATOM),
-    kir.ParallelDim: lambda p, e: (_dim_name(e.ptype), _ATOM),
-    kir.ColumnWidth: lambda p, e: (f"column_width({p.expr(e.n_cols)}, {e.threads})", _ATOM),
-    kir.IntLit: lambda p, e: (str(e.value) if e.value >= 0 else f"({e.value})", _ATOM),
-    kir.Const: lambda p, e: (constant_str(e.value, e.dtype), _ATOM),
+    kir.Var: lambda p, e: (p.name(e.name), ATOM),
+    kir.Param: lambda p, e: (_param_name(e), ATOM),
+    kir.ParallelIndex: lambda p, e: (e.ptype.value, ATOM),
+    kir.ParallelDim: lambda p, e: (_dim_name(e.ptype), ATOM),
+    kir.ColumnWidth: lambda p, e: (f"column_width({p.expr(e.n_cols)}, {e.threads})", ATOM),
+    kir.IntLit: lambda p, e: (str(e.value) if e.value >= 0 else f"({e.value})", ATOM),
+    kir.Const: lambda p, e: (constant_str(e.value, e.dtype), ATOM),
     # the cast to the index type is C's concern; the reader sees the value
     kir.IndexCast: lambda p, e: p._print(e.value),
     kir.IndexBinary: lambda p, e: (
-        (f"ceilDiv({p.expr(e.lhs)}, {p.expr(e.rhs)})", _ATOM) if e.op is BinaryOpType.CeilDiv
+        (f"ceilDiv({p.expr(e.lhs)}, {p.expr(e.rhs)})", ATOM) if e.op is BinaryOpType.CeilDiv
         else p.infix(e.op, e.lhs, e.rhs)),
-    kir.Not: lambda p, e: (f"!{p.operand(e.value, _PREFIX)}", _PREFIX),
+    kir.Not: lambda p, e: (f"!{p.operand(e.value, PREFIX)}", PREFIX),
     kir.Unary: _unary,
     kir.Binary: lambda p, e: p.infix(e.op, e.lhs, e.rhs),
-    kir.Ternary: lambda p, e: (f"{e.op.value}({p.exprs(e.operands)})", _ATOM),
-    kir.Cast: lambda p, e: (f"cast<{_dtype(e.src)}->{_dtype(e.dst)}>({p.expr(e.value)})", _ATOM),
+    kir.Ternary: lambda p, e: (f"{e.op.value}({p.exprs(e.operands)})", ATOM),
+    kir.Cast: lambda p, e: (f"cast<{_dtype(e.src)}->{_dtype(e.dst)}>({p.expr(e.value)})", ATOM),
     kir.Random: _random,
-    kir.StateOr: lambda p, e: (f"state_or({p.expr(e.state)}[{e.k}], {p.expr(e.given)})", _ATOM),
-    kir.Element: lambda p, e: (f"{p.operand(e.base, _ATOM)}[{p.expr(e.index)}]", _ATOM),
-    kir.AddressOf: lambda p, e: (f"&{p.operand(e.value, _PREFIX)}", _PREFIX),
-    kir.Member: lambda p, e: (f"{p.operand(e.base, _ATOM)}.{e.field}", _ATOM),
+    kir.StateOr: lambda p, e: (f"state_or({p.expr(e.state)}[{e.k}], {p.expr(e.given)})", ATOM),
+    kir.Element: lambda p, e: (f"{p.operand(e.base, ATOM)}[{p.expr(e.index)}]", ATOM),
+    kir.AddressOf: lambda p, e: (f"&{p.operand(e.value, PREFIX)}", PREFIX),
+    kir.Member: lambda p, e: (f"{p.operand(e.base, ATOM)}.{e.field}", ATOM),
     kir.CheckedIndex: _checked_index,
     kir.Lookup: lambda p, e: (f"lookup<{_dtype(e.dtype)}>({p.expr(e.base)}, offset={p.expr(e.offset)}, "
-                              f"position={p.expr(e.position)}, stride={p.expr(e.stride)})", _ATOM),
+                              f"position={p.expr(e.position)}, stride={p.expr(e.stride)})", ATOM),
 }
 
 
