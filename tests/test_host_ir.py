@@ -239,6 +239,42 @@ def test_stream_loop_is_replayed_from_a_cuda_graph(monkeypatch):
 
 
 @pytest.mark.gpu
+def test_a_loop_whose_capture_fails_runs_plainly_from_then_on(monkeypatch):
+    """An expression a graph cannot hold (here: one that raises only while captured) ends
+    the capture cleanly: the call runs plainly, the loop is not captured again, the
+    caller's stream is current, and the worker streams serve the next loops."""
+    fixed: dict = {}
+    allocate, post = HostIrEvaluator._allocate, HostIrEvaluator._post
+
+    def at_fixed_addresses(self, e, state):
+        allocate(self, e, state)
+        state.env[e.tv] = fixed.setdefault(e.tv, state.env[e.tv])
+
+    def fails_in_capture(self, e, state):
+        if torch.cuda.is_current_stream_capturing():
+            raise RuntimeError("cannot be captured")
+        post(self, e, state)
+
+    monkeypatch.setattr(HostIrEvaluator, "_allocate", at_fixed_addresses)
+    monkeypatch.setattr(HostIrEvaluator, "_post", fails_in_capture)
+    fd = _matmul_gelu_loop()
+    x = torch.randn(4, 64, 128, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(128, 96, device="cuda", dtype=torch.bfloat16)
+    before = torch.cuda.current_stream()
+    for _ in range(4):
+        (out,) = fd.execute([x, w])
+        assert_close(out.float(), _gelu_mm(x, w).float(), rtol=2e-2, atol=2e-2)
+        out.fill_(float("nan"))
+    (g,) = _loop_graphs(fd)
+    assert (g.off, g.captures, g.replays) == (True, 1, 0)
+    assert torch.cuda.current_stream() == before and not torch.cuda.is_current_stream_capturing()
+    y = _rand(8, 64, device="cuda")
+    (copied,) = _sets(2, (True, True)).execute([y])
+    torch.cuda.synchronize()
+    assert torch.equal(copied, y)
+
+
+@pytest.mark.gpu
 def test_stream_loop_graphs_can_be_turned_off_and_stay_off_inside_a_users_capture(monkeypatch):
     fd = _matmul_gelu_loop()
     x = torch.randn(4, 32, 64, device="cuda", dtype=torch.bfloat16)

@@ -74,3 +74,33 @@ def test_a_reshape_no_view_can_express_is_copied(device):
     x = torch.randn(4, 3, device=device).t()  # [3, 4], column-major
     (out,) = fd.execute([x])
     assert torch.equal(out, x.reshape(12))
+
+
+@pytest.mark.parametrize("view", ["permute", "slice", "reshape"])
+@pytest.mark.parametrize("alias_first", [False, True])
+@pytest.mark.parametrize("separate", [False, True])
+def test_a_view_of_an_input_updated_in_place_shows_the_input_as_passed(device, view, alias_first, separate):
+    """An output that is a view of an input another output is written into
+    (add_output(alias_input=)) holds the input's values as passed in, not the update:
+    in one segment with the writer, or in a no_op segment before a matmul's writer."""
+    make = {"permute": lambda fd, t: fd.ops.permute(t, [1, 0]),
+            "slice": lambda fd, t: fd.ops.slice(t, [0, 1], [2, 3]),
+            "reshape": lambda fd, t: fd.ops.reshape(t, [12])}[view]
+    with FusionDefinition() as fd:
+        t = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float)
+        w = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float)
+        # (w @ t: an ATen segment between the view and the kernel that writes t)
+        update = fd.ops.add(t, fd.ops.matmul(w, t) if separate else fd.ops.sum(w))
+        if alias_first:
+            fd.add_output(update, alias_input=t)
+        v = make(fd, t)
+        fd.add_output(v)
+        if not alias_first:
+            fd.add_output(update, alias_input=t)
+    x = torch.randn(4, 3, device=device)
+    w = torch.eye(4, device=device) + 1.0
+    before = x.clone()
+    (out,) = fd.execute([x, w])
+    want = {"permute": before.t(), "slice": before[0:2, 1:3], "reshape": before.reshape(12)}[view]
+    assert torch.equal(out, want), "the view shows the in-place update"
+    assert not torch.equal(x, before), "the input was updated in place"

@@ -124,6 +124,14 @@ class HostIrEvaluator:
             GetCurrentStream: self._get_stream, SetCurrentStream: self._set_stream, Synchronize: self._synchronize,
             HirAliasSelect: self._select,
         }
+        #: inputs an output is written into (add_output(alias_input=)), and the outputs
+        #: that may come out as views of them: those are copied when made, or they would
+        #: show the in-place update instead of the input as it was passed in
+        self._targets = [v for v in program.inputs if v in set(program.aliases.values())]
+        if self._targets:
+            self._viewable = frozenset(v for v in program.outputs if v not in program.aliases)
+            for kind in (LaunchKernel, Evaluate, PostOnStream):
+                self._handlers[kind] = self._detaching(self._handlers[kind])
         #: the top-level expressions as run: a stream loop with its join is one step, which
         #: a CUDA graph may replay (fuser/host/graphs.py)
         self._steps: list[tuple[Callable[[Any, Any], None], Any]] = []
@@ -204,6 +212,20 @@ class HostIrEvaluator:
         raise RuntimeError(f"no segment produced the fusion output {v!r}")
 
     # --- expressions -----------------------------------------------------------------
+    def _detaching(self, handler: Callable[[Any, Any], None]) -> Callable[[Any, Any], None]:
+        """`handler`, then a copy of each output it bound that shares storage with an input
+        an output is written into (a view of it: a no_op segment, a reference op)."""
+        def run(e: Any, state: "_State") -> None:
+            handler(e, state)
+            env = state.env
+            targets = [env[v].untyped_storage().data_ptr() for v in self._targets
+                       if isinstance(env.get(v), torch.Tensor)]
+            for v in e.outputs:
+                t = env.get(v)
+                if v in self._viewable and isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() in targets:
+                    env[v] = t.clone()
+        return run
+
     def _launch(self, e: LaunchKernel, state: "_State") -> None:
         r = self.runs[e.unit.index]
         env, raw = state.env, state.raw
@@ -327,7 +349,7 @@ class HostIrEvaluator:
                 self._run_plain(g.exprs, state)
 
             try:
-                graph = g.capture(key, issue, self.device)
+                graph = g.capture(key, issue, self.device, _worker_streams(self.device))
             finally:
                 state.streams[number] = state.current = caller
                 state.marks.clear()
@@ -421,13 +443,21 @@ def _worker_streams(device: torch.device) -> list:
 def _bind(env: dict, vals: Sequence[Val], outs: Sequence[Any]) -> None:
     """Bind `outs` to `vals`; a value bound already (an allocated buffer, an alias, a
     slice of one) is written in place."""
+    written = []
     for v, o in zip(vals, outs):
         dst = env.get(v)
-        if isinstance(dst, torch.Tensor) and isinstance(o, torch.Tensor) and dst is not o and not (
-                dst.data_ptr() == o.data_ptr() and dst.shape == o.shape and dst.stride() == o.stride()):
-            dst.copy_(o)
-        else:
+        copy = isinstance(dst, torch.Tensor) and isinstance(o, torch.Tensor) and dst is not o and not (
+            dst.data_ptr() == o.data_ptr() and dst.shape == o.shape and dst.stride() == o.stride())
+        written.append((v, o, dst if copy else None))
+    into = {d.untyped_storage().data_ptr() for _, _, d in written if d is not None}
+    for v, o, dst in written:  # first what is bound as it is: a view of a buffer written below is copied first
+        if dst is None:
+            if into and isinstance(o, torch.Tensor) and o.untyped_storage().data_ptr() in into:
+                o = o.clone()  # (an input this call updates in place, seen through a view)
             env[v] = o
+    for v, o, dst in written:
+        if dst is not None:
+            dst.copy_(o)
 
 
 def _aten(x: Any, args: Sequence[Any], out: Any) -> Any:

@@ -72,6 +72,10 @@ class LoopGraphs:
                 if not x.is_cuda:
                     return None
                 parts.append((x.data_ptr(), x.stride()))
+            elif isinstance(x, float):
+                parts.append(x.hex())  # (0.0 == -0.0, but a kernel dividing by them differs)
+            elif isinstance(x, complex):
+                parts.append((x.real.hex(), x.imag.hex()))
             else:
                 parts.append(x)
         try:
@@ -94,22 +98,32 @@ class LoopGraphs:
             self.seen.popitem(last=False)
         return None, False
 
-    def capture(self, key: tuple, run: Callable[[Any], None], device: torch.device) -> Any:
+    def capture(self, key: tuple, run: Callable[[Any], None], device: torch.device, workers: Sequence[Any]) -> Any:
         """Capture `run(stream)` (the loop, issued with `stream` as the caller's) into a
-        graph kept under `key`; None (and no more tries) where the capture fails."""
+        graph kept under `key`; None (and no more tries) where the capture fails. `workers`:
+        the streams the loop may fork to (joined back before the capture ends on a failure)."""
         self.captures += 1
         side = _capture_stream(device)
         caller = torch.cuda.current_stream(device)
         g = torch.cuda.CUDAGraph()
         ok = False
         with torch.cuda.stream(side):
-            g.capture_begin(capture_error_mode="thread_local")
+            try:
+                g.capture_begin(capture_error_mode="thread_local")
+            except RuntimeError:
+                self.off = True
+                return None
             try:
                 run(side)
                 ok = True
             except Exception:  # noqa: BLE001 - what a graph cannot hold; a real error recurs in the plain run
                 ok = False
             finally:
+                if not ok:
+                    _join(side, workers)
+                # the capture ends on the stream it began on (a failure inside the loop left a
+                # worker current): else it would stay open and take every stream it forked
+                torch.cuda.set_stream(side)
                 try:
                     g.capture_end()
                 except RuntimeError:
@@ -120,10 +134,24 @@ class LoopGraphs:
             return None
         if len(self.graphs) >= MAX_GRAPHS:
             # the dropped graph's memory goes back to the allocator: let its last replay end first
-            caller.synchronize()
+            torch.cuda.synchronize(device)
             self.graphs.popitem(last=False)
         self.graphs[key] = g
         return g
+
+
+def _join(side: Any, workers: Sequence[Any]) -> None:
+    """Make `side` wait for each worker stream a failed capture forked to (best effort:
+    an invalidated capture refuses some of these calls, and ending it ends them all)."""
+    for w in workers:
+        try:
+            torch.cuda.set_stream(w)
+            if torch.cuda.is_current_stream_capturing():
+                ev = torch.cuda.Event()
+                ev.record(w)
+                side.wait_event(ev)
+        except RuntimeError:
+            pass
 
 
 def usable(device: torch.device, rng: bool) -> bool:
