@@ -171,6 +171,26 @@ def test_stream_loop_over_each_axis_of_a_matmul(device, kind, a_shape, b_shape, 
     assert any(isinstance(e, ForLoop) for e in _program(fd).exprs)
 
 
+@pytest.mark.parametrize("gather", [True, False])
+def test_a_stream_loop_with_index_ops_is_never_graphed(gather):
+    """Index ops check their indices after each launch, which a graph replay cannot: a
+    loop holding one runs plainly (it keeps raising on a bad index)."""
+    from fuser.host.graphs import LoopGraphs, loop_regions
+
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], contiguity=[True, True])
+        i = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Int)
+        y = fd.ops.take_along_axis(x, i, 1) if gather else fd.ops.mul(x, 2.0)
+        z = fd.ops.add(y, 1.0)
+        fd.add_output(z)
+        for t in (y, z):
+            t.axis(0).parallelize(ParallelType.stream)
+    fd.execute([torch.randn(4, 8), torch.randint(0, 8, (4, 8))])
+    exprs = _program(fd).exprs
+    ((k, j),) = loop_regions(exprs).items()
+    assert LoopGraphs(exprs[k:j + 1]).off is gather
+
+
 @pytest.mark.gpu
 def test_stream_loop_waits_for_the_caller_and_joins_back():
     """On a busy caller stream: the workers wait for the input the caller writes, and

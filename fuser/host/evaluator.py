@@ -37,7 +37,7 @@ from .ir import (
     Stream,
     Synchronize,
 )
-from .graphs import LoopGraphs, loop_regions, usable
+from .graphs import LoopGraphs, issue_lock, loop_regions, usable
 from .lower import as_declared
 
 #: worker streams a stream loop cycles through (FUSER_NUM_STREAMS overrides)
@@ -335,6 +335,10 @@ class HostIrEvaluator:
     def _graphed_loop(self, g: LoopGraphs, state: "_State") -> None:
         """A stream loop and its join: replayed from a CUDA graph where one was captured
         for this call's key, captured at the key's second sighting, else run as is."""
+        with issue_lock(self.device):
+            self._issue_loop(g, state)
+
+    def _issue_loop(self, g: LoopGraphs, state: "_State") -> None:
         key = None
         if not g.off and usable(self.device, bool(self.rng_streams)):
             key = g.key(state.env, state.raw, state.ref.value)

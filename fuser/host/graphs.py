@@ -12,20 +12,22 @@ while the key repeats: a model's step meets its activations at the same addresse
 after step, as the caching allocator hands the same blocks back. Not graphed: programs that
 draw random numbers (each call draws new seeds), calls made while the caller's stream is
 being captured (the caller's graph records the loop), a CPU tensor among what the loop
-reads (its value would be baked in), and FUSER_DISABLE=stream_graphs. A loop whose capture
+reads (its value would be baked in), loops with index ops (their kernels check the
+indices after each launch, which a replay cannot), and FUSER_DISABLE=stream_graphs. A loop whose capture
 fails (an operation a graph cannot hold) runs plainly from then on.
 """
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from typing import Any, Callable, Sequence
 
 import torch
 
-from fuser.ir import Val
+from fuser.ir import GatherOp, IndexSelectOp, ScatterOp, Val
 from fuser.options import disabled
 
-from .ir import ForLoop, HostExpr, SetCurrentStream, Synchronize
+from .ir import Evaluate, ForLoop, HostExpr, HostUnit, SetCurrentStream, Synchronize
 
 #: graphs kept per loop (least recently used dropped first), and captures a loop may make
 #: before it stops trying (its keys keep changing: the graphs would not be replayed)
@@ -59,7 +61,9 @@ class LoopGraphs:
         self.seen: OrderedDict[tuple, None] = OrderedDict()
         self.captures = 0
         self.replays = 0
-        self.off = False
+        # index ops check their indices after each launch, which a replay cannot (it would
+        # stop raising on a bad index): such loops run plainly
+        self.off = any(isinstance(x, _CHECKED_INDEXING) for x in _exprs_of(exprs[0]))
 
     def key(self, env: dict, raw: dict, value: Callable[[Val], Any]) -> tuple | None:
         """What fixes the loop's work at this call: None where it must run plainly."""
@@ -154,6 +158,22 @@ def _join(side: Any, workers: Sequence[Any]) -> None:
             pass
 
 
+#: ops whose generated kernels check their index tensors' values on each launch
+_CHECKED_INDEXING = (GatherOp, IndexSelectOp, ScatterOp)
+
+
+def _exprs_of(loop: ForLoop) -> list:
+    """The Fusion IR expressions a loop's body runs (its units' and its Evaluates')."""
+    out: list = []
+    for b in loop.body:
+        unit = getattr(b, "unit", None)
+        if isinstance(unit, HostUnit):
+            out.extend(unit.fusion.exprs())
+        elif isinstance(b, Evaluate):
+            out.append(b.expr)
+    return out
+
+
 def usable(device: torch.device, rng: bool) -> bool:
     """Whether a stream loop on `device` may be replayed from a graph at this call."""
     return (device.type == "cuda" and not rng and not disabled("stream_graphs")
@@ -161,6 +181,16 @@ def usable(device: torch.device, rng: bool) -> bool:
 
 
 _SIDE: dict[Any, Any] = {}
+_LOCKS: dict[Any, threading.Lock] = {}
+
+
+def issue_lock(device: torch.device) -> threading.Lock:
+    """Held while a thread issues a stream loop on `device`: the worker streams are shared,
+    and a worker that joined one thread's capture would record another thread's work."""
+    lock = _LOCKS.get(device.index)
+    if lock is None:
+        lock = _LOCKS.setdefault(device.index, threading.Lock())
+    return lock
 
 
 def _capture_stream(device: torch.device) -> Any:
@@ -171,4 +201,4 @@ def _capture_stream(device: torch.device) -> Any:
     return s
 
 
-__all__ = ["LoopGraphs", "loop_regions", "usable", "MAX_GRAPHS", "MAX_CAPTURES"]
+__all__ = ["LoopGraphs", "issue_lock", "loop_regions", "usable", "MAX_GRAPHS", "MAX_CAPTURES"]
