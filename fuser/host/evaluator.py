@@ -295,7 +295,7 @@ class HostIrEvaluator:
             # and of the product leaves a matmul (or linear) of the slices, whose 1-D rules
             # cover a dropped row or column, so no axis needs putting back
             out = env.get(e.outputs[0])
-            got = _aten(x, [env[v] if v in env else state.ref.value(v) for v in e.inputs], out)
+            got = _aten(x, _unsliced(state, e.inputs, ()), out)
             if got is not None:
                 if got is not out:
                     _bind(env, e.outputs, [got])
@@ -321,7 +321,7 @@ class HostIrEvaluator:
     def _loop(self, e: ForLoop, state: "_State") -> None:
         env = state.env
         stop = int(env[e.stop] if e.stop in env else state.ref.value(e.stop))
-        if all(isinstance(b, Synchronize) and b.stream.index is e.index for b in e.body):
+        if e.is_join:
             # a join: worker streams repeat every NUM_STREAMS iterations, and a wait on a
             # stream covers all the work queued on it, so one wait per worker is the same
             stop = min(stop, NUM_STREAMS)
@@ -336,33 +336,30 @@ class HostIrEvaluator:
         """A stream loop and its join: replayed from a CUDA graph where one was captured
         for this call's key, captured at the key's second sighting, else run as is."""
         with issue_lock(self.device):
-            self._issue_loop(g, state)
+            key = None
+            if not g.off and usable(self.device, bool(self.rng_streams)):
+                key = g.key(state.env, state.raw, state.ref.value)
+            graph, capture = g.lookup(key) if key is not None else (None, False)
+            if graph is None and capture:
+                caller = state.current
+                number = g.exprs[1].stream.number  # the caller's stream, as the loop names it
 
-    def _issue_loop(self, g: LoopGraphs, state: "_State") -> None:
-        key = None
-        if not g.off and usable(self.device, bool(self.rng_streams)):
-            key = g.key(state.env, state.raw, state.ref.value)
-        graph, capture = g.lookup(key) if key is not None else (None, False)
-        if graph is None and capture:
-            caller = state.current
-            number = g.exprs[1].stream.number  # the caller's stream, as the loop names it
+                def issue(side: Any) -> None:
+                    state.streams[number] = state.current = side
+                    state.marks.clear()
+                    self._run_plain(g.exprs, state)
 
-            def issue(side: Any) -> None:
-                state.streams[number] = state.current = side
-                state.marks.clear()
+                try:
+                    graph = g.capture(key, issue, self.device, _worker_streams(self.device))
+                finally:
+                    state.streams[number] = state.current = caller
+                    state.marks.clear()
+            if graph is None:
                 self._run_plain(g.exprs, state)
-
-            try:
-                graph = g.capture(key, issue, self.device, _worker_streams(self.device))
-            finally:
-                state.streams[number] = state.current = caller
-                state.marks.clear()
-        if graph is None:
-            self._run_plain(g.exprs, state)
-            return
-        graph.replay()  # on the caller's stream, which the loop starts and ends on
-        g.replays += 1
-        state.marks.clear()  # the caller has new work: its mark no longer covers it
+                return
+            graph.replay()  # on the caller's stream, which the loop starts and ends on
+            g.replays += 1
+            state.marks.clear()  # the caller has new work: its mark no longer covers it
 
     def _run_plain(self, exprs: Sequence[HostExpr], state: "_State") -> None:
         handlers = self._handlers

@@ -27,7 +27,7 @@ import torch
 from fuser.ir import GatherOp, IndexSelectOp, ScatterOp, Val
 from fuser.options import disabled
 
-from .ir import Evaluate, ForLoop, HostExpr, HostUnit, SetCurrentStream, Synchronize
+from .ir import Evaluate, ForLoop, HostExpr, HostUnit, SetCurrentStream
 
 #: graphs kept per loop (least recently used dropped first), and captures a loop may make
 #: before it stops trying (its keys keep changing: the graphs would not be replayed)
@@ -42,9 +42,8 @@ def loop_regions(exprs: Sequence[HostExpr]) -> dict[int, int]:
     out = {}
     for k in range(len(exprs) - 2):
         work, back, join = exprs[k], exprs[k + 1], exprs[k + 2]
-        if (isinstance(work, ForLoop) and isinstance(back, SetCurrentStream) and isinstance(join, ForLoop)
-                and any(isinstance(b, SetCurrentStream) and b.stream.index is not None for b in work.body)
-                and join.body and all(isinstance(b, Synchronize) for b in join.body)):
+        if (isinstance(work, ForLoop) and work.on_workers and isinstance(back, SetCurrentStream)
+                and isinstance(join, ForLoop) and join.is_join):
             out[k] = k + 2
     return out
 
@@ -121,7 +120,7 @@ class LoopGraphs:
                 run(side)
                 ok = True
             except Exception:  # noqa: BLE001 - what a graph cannot hold; a real error recurs in the plain run
-                ok = False
+                pass
             finally:
                 if not ok:
                     _join(side, workers)

@@ -234,6 +234,17 @@ class ForLoop(HostExpr):
     def outputs(self) -> tuple[Val, ...]:  # type: ignore[override]
         return tuple(v for e in self.body for v in e.outputs)
 
+    @property
+    def on_workers(self) -> bool:
+        """Whether the body runs on worker streams (a stream loop's work)."""
+        return any(isinstance(b, SetCurrentStream) and b.stream.index is not None for b in self.body)
+
+    @property
+    def is_join(self) -> bool:
+        """Whether the loop only makes the current stream wait for each worker stream it
+        names by its index (a stream loop's join)."""
+        return bool(self.body) and all(isinstance(b, Synchronize) and b.stream.index is self.index for b in self.body)
+
     def text(self, indent: str) -> str:
         over = val_str(self.axis) if self.axis is not None else _sc(self.stop)
         inner = "".join(e.text(indent + "  ") for e in self.body)

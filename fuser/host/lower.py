@@ -26,8 +26,6 @@ from .ir import (
     HostUnit,
     LaunchKernel,
     PostOnStream,
-    SetCurrentStream,
-    Synchronize,
 )
 
 
@@ -102,14 +100,9 @@ def _released_after(exprs: Sequence[HostExpr], k: int) -> int:
     """Where a tensor last read by `exprs[k]` may be released: after it, or, when it is a
     stream loop, after the loop joining its worker streams. Released earlier, the buffer
     could be reused on the caller's stream while a worker still reads it."""
-    if not (isinstance(exprs[k], ForLoop) and any(
-            isinstance(b, SetCurrentStream) and b.stream.index is not None for b in exprs[k].body)):
+    if not (isinstance(exprs[k], ForLoop) and exprs[k].on_workers):
         return k
-    for j in range(k + 1, len(exprs)):
-        e = exprs[j]
-        if isinstance(e, ForLoop) and all(isinstance(b, Synchronize) for b in e.body):
-            return j
-    return k
+    return next((j for j in range(k + 1, len(exprs)) if isinstance(exprs[j], ForLoop) and exprs[j].is_join), k)
 
 
 def as_declared(x: Any, tv: Val) -> Any:

@@ -24,8 +24,8 @@ def is_view_op(e: Expr) -> bool:
 
 
 def reject_reason(sub: SubFusion) -> str | None:
-    if sub.kinds <= {VIEW, SCALAR} or all(k in (VIEW, SCALAR) or is_view_op(e) for k, e in zip(
-            (sub.a.kinds[i] for i in sub.expr_ids), sub.exprs)):
+    kinds = sub.a.kinds
+    if all(kinds[k] in (VIEW, SCALAR) or is_view_op(e) for k, e in zip(sub.expr_ids, sub.exprs)):
         return None
     info = sub.a.info
     # (a scatter writing nothing still checks its indices: the greedy scheduler's kernel does)
