@@ -225,8 +225,8 @@ def test_repro_script_layout_and_it_runs():
     k = 1 + torch.cuda.device_count()
     assert lines[k].startswith("# torch version: ") and lines[k + 1].startswith("# cuda version: ")
     assert lines[k + 2] == "# nvfuser version: 0.2.27"
-    assert lines[k + 3].startswith("# fuser version: ")
-    assert lines[k + 4:k + 6] == ["import torch", "from fuser import FusionDefinition, DataType"]
+    # nvFuser's header as it is (no fuser version line), then the imports
+    assert lines[k + 3:k + 5] == ["import torch", "from fuser import FusionDefinition, DataType"]
     assert script.endswith(
         f"{fd}with FusionDefinition() as fd:\n    nvfuser_fusion_id{fd.id()}(fd)\n\ninputs = [\n"
         "    torch.testing.make_tensor((2, 3), dtype=torch.float32, device='cpu'),\n"

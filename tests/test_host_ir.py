@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from fuser import DataType, FusionDefinition, ParallelType
+from fuser.frontend.cache import FusionCache
 from fuser.host.evaluator import HostIrEvaluator
 from fuser.host.ir import Allocate, Deallocate, Evaluate, ForLoop, LaunchKernel
 from fuser.runtime.tolerance import assert_close
@@ -241,6 +242,7 @@ def test_stream_loop_is_replayed_from_a_cuda_graph(monkeypatch):
         state.env[e.tv] = fixed.setdefault(e.tv, state.env[e.tv])
 
     monkeypatch.setattr(HostIrEvaluator, "_allocate", at_fixed_addresses)
+    FusionCache.reset()  # the evaluator must be built with the patch
     fd = _matmul_gelu_loop()
     x = torch.randn(4, 64, 128, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(128, 96, device="cuda", dtype=torch.bfloat16)
@@ -277,6 +279,7 @@ def test_a_loop_whose_capture_fails_runs_plainly_from_then_on(monkeypatch):
 
     monkeypatch.setattr(HostIrEvaluator, "_allocate", at_fixed_addresses)
     monkeypatch.setattr(HostIrEvaluator, "_post", fails_in_capture)
+    FusionCache.reset()  # an evaluator built before the patches (another test's) would not fail
     fd = _matmul_gelu_loop()
     x = torch.randn(4, 64, 128, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(128, 96, device="cuda", dtype=torch.bfloat16)

@@ -3,6 +3,7 @@ the repro scripts built around it (nvFuser's `repro_script_for` layout)."""
 from __future__ import annotations
 
 import math
+import re
 import sys
 from typing import Any, Sequence
 
@@ -84,9 +85,56 @@ def input_text(x: Any) -> tuple[str, str]:
         made = f"numpy.array({_nested_text(x.tolist())}, dtype={x.dtype.str!r})"
         return (f"{made}.reshape({x.shape})" if isinstance(x, numpy.ndarray) else f"{made}[()]"), ""
     if x is None or isinstance(x, (bool, int, float, complex, str, bytes, list, tuple)):
-        return _nested_text(x), ""
+        return _nvfuser_spelling(x) or _nested_text(x), ""
     # an object a script cannot rebuild: None keeps the input's position
     return "None", f"stands for a {type(x).__module__}.{type(x).__qualname__}, which a script cannot rebuild"
+
+
+#: the builtin types whose str() nvFuser's script writes for a non-tensor input
+_PLAIN_TYPES = (type(None), bool, int, float, complex, bytes, list, tuple)
+#: the words str() gives for non-finite floats, which nvFuser's script spells as calls
+_NON_FINITE_WORD = re.compile(r"\b(inf|nan)\b")
+
+
+def _nvfuser_spelling(x: Any) -> str | None:
+    """nvFuser's text for a non-tensor input: `str(x)`, each word inf or nan made
+    `float("inf")` / `float("nan")` (so -inf reads `-float("inf")`). None where that text is
+    no Python rebuilding exactly `x` (a str, which str() leaves unquoted; `nanj` in a
+    complex; a subclass such as an IntEnum or numpy.float64): fuser's own spelling is used."""
+    if not _plain_exact(x):
+        return None
+    try:
+        text = _NON_FINITE_WORD.sub(lambda m: f'float("{m.group(1)}")', str(x))
+        # only builtin values reach here: their str() runs no user code, and the names
+        # the text may use are float's alone
+        back = eval(text, {"__builtins__": {}, "float": float})  # noqa: S307
+    except Exception:
+        return None
+    return text if _same_value(back, x) else None
+
+
+def _plain_exact(x: Any) -> bool:
+    """`x` is None or of exactly a builtin number, bytes, list or tuple type, recursively."""
+    if type(x) not in _PLAIN_TYPES:
+        return False
+    if isinstance(x, (list, tuple)):
+        return all(_plain_exact(v) for v in x)
+    return True
+
+
+def _same_value(a: Any, b: Any) -> bool:
+    """Equal types and values; nan equals nan, and 0.0 differs from -0.0."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(_same_value(u, v) for u, v in zip(a, b))
+    if isinstance(a, complex):
+        return _same_value(a.real, b.real) and _same_value(a.imag, b.imag)
+    if isinstance(a, float):
+        if math.isnan(a) or math.isnan(b):
+            return math.isnan(a) and math.isnan(b)
+        return a == b and math.copysign(1.0, a) == math.copysign(1.0, b)
+    return a == b
 
 
 def _float_text(v: float) -> str:
@@ -124,9 +172,15 @@ def _nested_text(v: Any) -> str:
 
 
 def repro_script(records: Sequence[Record], fusion_id: int | None, inputs: Sequence[Any] | None) -> str:
-    """A runnable script in nvFuser's layout: version comments, imports, the definition,
-    `with FusionDefinition() as fd:`, inputs like `inputs`, and `fd.execute(inputs)`."""
-    from fuser import __version__
+    """A runnable script in nvFuser's `repro_script_for` layout, line for line: the CUDA
+    devices and the torch / cuda / nvfuser versions as comments, the imports, the definition,
+    `with FusionDefinition() as fd:`, inputs like `inputs`, and `fd.execute(inputs)`.
+
+    One line differs on purpose: the import names fuser (`from fuser import ...`), so the
+    script runs where nvFuser is not installed (no `nvfuser` module exists unless a user
+    installs fuser's stand-in, `fuser.compat.nvfuser`, under that name). The nvfuser version
+    is the frontend release fuser implements (what `nvfuser.version()` answers in the compat
+    module); fuser's own version is not written, to keep nvFuser's header as it is."""
     from fuser.compat.version import NVFUSER_VERSION
 
     name = f"nvfuser_fusion_id{fusion_id}" if fusion_id is not None else "nvfuser_incomplete_fusion"
@@ -137,7 +191,6 @@ def repro_script(records: Sequence[Record], fusion_id: int | None, inputs: Seque
         f"# torch version: {torch.__version__}\n"
         f"# cuda version: {torch.version.cuda}\n"
         f"# nvfuser version: {NVFUSER_VERSION}\n"
-        f"# fuser version: {__version__}\n"
         "import torch\n"
         # fuser's own import: the script runs where nvFuser is not installed
         "from fuser import FusionDefinition, DataType\n"
