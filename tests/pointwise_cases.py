@@ -54,6 +54,13 @@ def _where3(fd):
     fd.add_output(fd.ops.where(fd.ops.gt(a, b), a, c))
 
 
+def _where_scalar(fd):  # a Bool scalar input as the condition: one operand everywhere
+    s = fd.define_scalar(None, dtype=DataType.Bool)
+    a = fd.define_tensor(shape=[-1, -1], contiguity=[True, True])
+    b = fd.define_tensor(shape=[-1, -1], contiguity=[True, True])
+    fd.add_output(fd.ops.where(s, a, b))
+
+
 def _row_scale(fd):  # [M, 1] broadcast along the innermost axis, and a 3-D case
     x = fd.define_tensor(shape=[-1, -1, -1], contiguity=[True, True, True])
     s = fd.define_tensor(shape=[-1, -1, 1], contiguity=[True, True, None])
@@ -122,6 +129,8 @@ CASES = [
                                                    _rand(127, dtype=torch.bfloat16, device=d)]),
     Case("cast_chain_300x301", _cast_chain, lambda d: [_rand(300, 301, device=d)]),
     Case("where3_fp16_129x64", _where3, lambda d: [_rand(129, 64, dtype=torch.half, device=d) for _ in range(3)]),
+    Case("where_true_scalar", _where_scalar, lambda d: [True, _rand(33, 17, device=d), _rand(33, 17, device=d)]),
+    Case("where_false_scalar", _where_scalar, lambda d: [False, _rand(33, 17, device=d), _rand(33, 17, device=d)]),
     Case("row_scale_3d", _row_scale, lambda d: [_rand(4, 5, 128, device=d), _rand(4, 5, 1, device=d)]),
     Case("strided_expanded", _strided, lambda d: [_rand(96, 40, device=d).t(), _rand(1, 96, device=d).expand(40, 96)]),
     Case("scalar_and_full", _scalar_and_factory, lambda d: [_rand(17, 9, device=d), 1.5]),

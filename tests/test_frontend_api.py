@@ -897,3 +897,15 @@ def test_slice_with_strides():
     x = torch.randn(4, 6)
     a, b = fd.execute([x])
     assert torch.equal(a, x[0:3, 1:5]) and torch.equal(b, x[1:2, 0:2])
+
+
+@pytest.mark.parametrize("cond", [True, False])
+def test_where_with_a_bool_scalar_input_as_condition(cond):
+    with FusionDefinition() as fd:
+        s = fd.define_scalar(None, dtype=DataType.Bool)
+        a = fd.define_tensor(shape=[-1], contiguity=[True], dtype=DataType.Float)
+        b = fd.define_tensor(shape=[-1], contiguity=[True], dtype=DataType.Float)
+        fd.add_output(fd.ops.where(s, a, b))
+    x, y = torch.randn(5) + 3, torch.randn(5) - 3
+    (out,) = fd.execute([cond, x, y])
+    assert torch.equal(out, x if cond else y)

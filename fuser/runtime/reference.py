@@ -307,7 +307,8 @@ class ReferenceExecutor(ExprDispatcher):
             cdt = torch.float32 if out.is_reduced_float else out.torch
             b = b.to(cdt) if isinstance(b, torch.Tensor) else _filled(b, ref.device, cdt)
             c = c.to(cdt) if isinstance(c, torch.Tensor) else _filled(c, ref.device, cdt)
-            r = torch.where(a, b, c)
+            # a scalar condition (a Bool input) picks one operand everywhere
+            r = torch.where(a if isinstance(a, torch.Tensor) else torch.tensor(bool(a), device=ref.device), b, c)
         elif e.op_type is TernaryOpType.Lerp:
             cdt = torch.float32 if out.is_reduced_float else out.torch
             a, b = (torch.as_tensor(x, device=ref.device).to(cdt) for x in (a, b))
