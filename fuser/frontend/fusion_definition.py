@@ -123,7 +123,8 @@ class FusionDefinition:
     # --- states -----------------------------------------------------------------------------
     @property
     def sched(self) -> "Schedule":
-        """nvFuser's `fd.sched`: user scheduling calls (only stream parallelism so far)."""
+        """nvFuser's `fd.sched`: stream parallelism in the definition; split, merge, reorder,
+        parallelize, ... or an automatic scheduler by name inside a subclass's `schedule()`."""
         return Schedule(self)
 
     def _check_open(self, what: str) -> None:
@@ -500,7 +501,9 @@ class FusionDefinition:
         updates of inputs omitted). nvFuser's keywords: `device` for fusions no input
         places, `print_repro` prints a repro script first, `profile` keeps a FusionProfile
         for fd.profile(), `capture_debug_output` keeps what the run printed for
-        fd.debug_output(), `save_repro_inputs` keeps fake inputs for fd.last_repro_script()."""
+        fd.debug_output(), `save_repro_inputs` keeps fake inputs for fd.last_repro_script().
+        A subclass defining `schedule()` runs as one kernel it schedules (once per input
+        signature); `override_user_schedule` runs the automatic schedulers instead."""
         self.profiled = bool(profile)
         self._profile = None
         self._ensure_defined()
@@ -517,9 +520,9 @@ class FusionDefinition:
         self._debug_output = None
         try:
             if captured is None:  # the cached path: no context manager to enter
-                return self._run(inputs, device, profile)
+                return self._run(inputs, device, profile, override_user_schedule)
             with _capturing(captured):
-                return self._run(inputs, device, profile)
+                return self._run(inputs, device, profile, override_user_schedule)
         except Exception as err:
             if not print_repro:  # with print_repro the script is on stdout already
                 # one line, so the error below it is what the user reads first
@@ -532,16 +535,27 @@ class FusionDefinition:
             if captured is not None:
                 self._debug_output = captured.getvalue()
 
-    def _run(self, inputs: list[Any], device: Any, profile: bool) -> list[Any]:
+    def _run(self, inputs: list[Any], device: Any, profile: bool, override_user_schedule: bool = False) -> list[Any]:
         from fuser.host.executor import run, segmented_runner
+
+        from .dtensor import has_dtensors
 
         if self._segments:
             return self._execute_segments(inputs, device=device)
+        entry = self._entry
+        if not override_user_schedule and Schedule._user.has_user_schedule(self):
+            # schedule() runs once per input signature; its one-segment runners live apart
+            # from the automatic ones, which override_user_schedule=True still runs
+            entry = Schedule._user.user_entry(self, inputs, device)
+        if has_dtensors(inputs):
+            return self._run_dtensors(entry, inputs, device)
         if not profile:
-            return self._arrange(run(self._entry, inputs, device=device), inputs)
+            outs = self._arrange(run(entry, inputs, device=device), inputs)
+            self._entry.last_runner = entry.last_runner  # what fd.last_cuda_code() & co. read
+            return outs
         from .profile import build_profile, observe_segments
 
-        runner = segmented_runner(self._entry, inputs, device)
+        runner = segmented_runner(entry, inputs, device)
         dev = runner.device
         if dev.type == "cuda":
             torch.cuda.synchronize(dev)
@@ -549,7 +563,8 @@ class FusionDefinition:
         if begin is not None:
             begin.record()
         with observe_segments(runner, dev) as seen:
-            outs = self._arrange(run(self._entry, inputs, device=device), inputs)
+            outs = self._arrange(run(entry, inputs, device=device), inputs)
+        self._entry.last_runner = entry.last_runner
         if begin is not None:
             end = torch.cuda.Event(enable_timing=True)
             end.record()
@@ -561,6 +576,21 @@ class FusionDefinition:
             total = lambda: host_ms  # noqa: E731
         self._profile = build_profile(self._entry.id, runner, seen, host_ms, total, dev, inputs, outs)
         return outs
+
+    def _run_dtensors(self, entry: Any, inputs: list[Any], device: Any) -> list[Any]:
+        """Run on DTensors' local blocks, sharded as their placements say; the outputs come
+        back as DTensors placed as the propagation leaves them (fuser/frontend/dtensor.py)."""
+        from fuser.host.executor import run
+
+        from . import dtensor
+
+        if any(kind != "out" for kind, _ in (self._entry.output_plan or [])):
+            raise NotImplementedError("an output written into an input (alias_input) with DTensor inputs is not "
+                                      "supported")
+        local, placements, torch_mesh = dtensor.unwrap(inputs)
+        outs = run(entry, local, device=device, placements=placements)
+        runner = self._entry.last_runner = entry.last_runner
+        return dtensor.wrap(outs, [runner.sharded.of(v) for v in runner.program.outputs], torch_mesh)
 
     def _arrange(self, returned: list[Any], inputs: Sequence[Any], written: dict | None = None) -> list[Any]:
         """The outputs in nvFuser's order from what the runtime returned (the fusion's
@@ -659,7 +689,9 @@ class FusionDefinition:
         self._ensure_defined()
         from fuser.host.executor import segmented_runner
 
-        return segmented_runner(self._entry, _flatten_inputs(inputs)).seg
+        inputs = _flatten_inputs(inputs)
+        entry = Schedule._user.user_entry(self, inputs) if Schedule._user.has_user_schedule(self) else self._entry
+        return segmented_runner(entry, inputs).seg
 
     def segment(self, inputs: Sequence[Any]) -> list["FusionDefinition"]:
         """The fusion's segments for `inputs`, each as a FusionDefinition of its own (an
@@ -714,21 +746,39 @@ class FusionDefinition:
 
 
 class Schedule:
-    """`fd.sched`: scheduling calls recorded in the definition (part of its cache key)."""
+    """`fd.sched`: nvFuser's schedule operations. In the definition, `parallelize(...,
+    ParallelType.stream)` is recorded (part of the cache key). Inside a FusionDefinition
+    subclass's `schedule()`, which execute runs once per input signature on a copy of the
+    fusion, the calls schedule that copy as one kernel (fuser/frontend/user_schedule.py)."""
+
+    from . import user_schedule as _user
 
     def __init__(self, fd: "FusionDefinition") -> None:
         self._fd = fd
 
+    def _active(self, op: str) -> Any:
+        return self._user.active(self._fd, f"fd.sched.{op}")
+
     def parallelize(self, tensor: Tensor, axis: int, parallel_type: ParallelType) -> None:
-        """Parallelise `tensor`'s logical axis `axis`. Only `ParallelType.stream` is a user
-        choice (seed 004): the fusion runs a host loop over that axis, each iteration on a
-        worker stream; the kernel schedulers choose every other parallelisation."""
+        """Bind loop axis `axis` of `tensor` to a GPU index or loop kind (inside schedule()), or,
+        in the definition, its logical axis to a stream loop: `ParallelType.stream` (seed 004),
+        a host loop over that axis, each iteration on a worker stream."""
         fd = self._fd
+        sched = self._user.running(fd)
+        if sched is not None:
+            sched.parallelize(tensor, axis, parallel_type)
+            return
+        if parallel_type is ParallelType.DIDx:  # placement on the devices of the tensor's mesh
+            from .sharding import shard
+
+            shard(tensor, axis)
+            return
         fd._own(tensor, "fd.sched.parallelize")
         if not isinstance(parallel_type, ParallelType) or parallel_type is not ParallelType.Stream:
             raise DefinitionTypeError(
-                f"fd.sched.parallelize: parallel_type={parallel_type!r}: only ParallelType.stream is set by the "
-                "user; the kernel schedulers parallelise everything else")
+                f"fd.sched.parallelize: parallel_type={parallel_type!r}: only ParallelType.stream is set in the "
+                "definition; other parallel types are user schedule calls, made in a FusionDefinition subclass's "
+                "schedule()")
         ids = tensor.val.logical_no_reductions()
         if not isinstance(axis, int) or not -len(ids) <= axis < len(ids):
             raise DefinitionError(f"fd.sched.parallelize: axis={axis!r} is out of range for a tensor of {len(ids)} dims")
@@ -738,6 +788,73 @@ class Schedule:
                                   "needs an iterated axis")
         ids[axis].parallel_type = ParallelType.Stream
         fd._record("sched.parallelize", (tensor, axis, ParallelType.Stream), (), ())
+
+    def _set_device_mesh(self, tensor: Tensor, mesh: Any) -> None:
+        """Place `tensor` on `mesh` (nvFuser's older spelling of `tensor.set_device_mesh`)."""
+        from .sharding import set_device_mesh
+
+        set_device_mesh(tensor, mesh, "fd.sched._set_device_mesh")
+
+    def split(self, tensor: Tensor, dim: int, factor: int, inner_split: bool = True) -> None:
+        """Split loop axis `dim` into (outer, inner); `factor` is the inner extent (the outer
+        one with inner_split=False). A split that does not divide is predicated."""
+        self._active("split").split(tensor, dim, factor, inner_split)
+
+    def merge(self, tensor: Tensor, dim: int) -> None:
+        """Merge loop axes `dim` and `dim + 1` into one."""
+        self._active("merge").merge(tensor, dim)
+
+    def reorder(self, tensor: Tensor, old2new: dict[int, int]) -> None:
+        """Move loop axes: `{old position: new position}`; the others keep their order."""
+        self._active("reorder").reorder(tensor, old2new)
+
+    def inline_most(self, selected_tensors: Sequence[Tensor] | None = None) -> None:
+        """Compute the (selected) tensors inside the full loop nest (fuser's kernel always does)."""
+        self._active("inline_most").inline_most(selected_tensors)
+
+    def transform_like(self, tensor: Tensor, selected_tensors: Sequence[Tensor] | None = None) -> None:
+        """Replay `tensor`'s splits, merges and reorders on every other (or each selected) tensor."""
+        self._active("transform_like").transform_like(tensor, selected_tensors)
+
+    def parallelize_like(self, tensor: Tensor, pos: int = -1, selected_tensors: Sequence[Tensor] | None = None,
+                         selected_parallel_types: Any = None, propagate_padding: bool = True) -> None:
+        """Bind other tensors' loop axes as `tensor`'s first `pos` axes (-1: all) are bound."""
+        self._active("parallelize_like").parallelize_like(tensor, pos, selected_tensors, selected_parallel_types,
+                                                          propagate_padding)
+
+    def to_string(self, tensor: Tensor) -> str:
+        """`tensor` with its loop domain as scheduled so far (nvFuser's TensorView::toString)."""
+        return self._active("to_string").to_string(tensor)
+
+    def user_schedule_ir(self) -> str:
+        """The fusion being scheduled, each tensor's transforms included."""
+        return self._active("user_schedule_ir").user_schedule_ir()
+
+    def tensors(self) -> list[Tensor]:
+        """Every Tensor of the definition."""
+        return self._active("tensors").tensors()
+
+    def is_reduction(self, tensor: Tensor) -> bool:
+        """Whether `tensor` is a reduction's result."""
+        return self._active("is_reduction").is_reduction(tensor)
+
+    def can_schedule(self, scheduler_type: Any) -> tuple[bool, str]:
+        """Whether the automatic scheduler `scheduler_type` (a SchedulerType) takes the whole
+        fusion, and nvFuser's message why not."""
+        return self._active("can_schedule").can_schedule(scheduler_type)
+
+    def find_compatible_schedulers(self) -> list:
+        """The automatic schedulers (SchedulerType) that take the whole fusion."""
+        return self._active("find_compatible_schedulers").find_compatible_schedulers()
+
+    def schedule(self, heuristic: Any = None) -> None:
+        """Let the automatic scheduler `heuristic` (a SchedulerType; None: the first that takes
+        it) schedule the whole fusion as one kernel, instead of manual calls."""
+        self._active("schedule").schedule(heuristic)
+
+    def __getattr__(self, name: str) -> Any:
+        # nvFuser's other schedule operations (cache_after, rfactor, ...) raise when called
+        return self._user.unsupported(name)
 
 
 def segments_program(seg: Any, segments: Sequence["FusionDefinition"]) -> Any:

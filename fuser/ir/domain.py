@@ -32,6 +32,20 @@ class ParallelType(enum.Enum):
     Stream = "StreamIdx"
     #: nvFuser's Python spelling (`ParallelType.stream`)
     stream = "StreamIdx"
+    #: sharded over the devices of the tensor's DeviceMesh: each holds one block of the axis
+    DIDx = "DIDx"
+    #: nvFuser's Python spellings (`ParallelType.mesh_x`, `ParallelType.grid_x`, ...)
+    mesh_x = "DIDx"
+    grid_x = "blockIdx.x"
+    grid_y = "blockIdx.y"
+    grid_z = "blockIdx.z"
+    block_x = "threadIdx.x"
+    block_y = "threadIdx.y"
+    block_z = "threadIdx.z"
+    vectorize = "V"
+    unroll = "UR"
+    unswitch = "US"
+    serial = "S"
 
     @property
     def is_block(self) -> bool:

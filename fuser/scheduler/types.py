@@ -21,6 +21,9 @@ class SchedulerType(str, enum.Enum):
     greedy = "greedy"
     #: custom segmentation (a caller's should-merge predicate): no scheduler is asked
     none = "none"
+    #: a FusionDefinition subclass's schedule(): the whole fusion as one kernel whose loop nest
+    #: the user wrote (split/merge/reorder/parallelize); never proposed by the registry
+    user = "user"
 
     def __str__(self) -> str:
         return self.value
