@@ -6,7 +6,7 @@
         fd.add_output(fd.ops.relu(t0))
     (out,) = fd.execute([torch.randn(4, 8)])
 """
-from . import pytorch_utils
+from . import multidevice, pytorch_utils
 from .frontend import FusionCache, FusionDefinition, Scalar, Tensor, Vector, clone
 from .ir import DataType, ParallelType
 from .runtime.descriptor import compute_contiguity, compute_tensor_descriptor
@@ -32,4 +32,5 @@ __all__ = [
     "compute_contiguity",
     "compute_tensor_descriptor",
     "pytorch_utils",
+    "multidevice",
 ]

@@ -168,6 +168,31 @@ class Tensor(_State):
     def size(self, dim: int) -> "Scalar":
         return self.fd.ops.size(self, dim)
 
+    # --- placement on devices (fuser.frontend.sharding) ---------------------------------
+    def set_device_mesh(self, mesh: Any) -> None:
+        """Place the tensor on `mesh` (a DeviceMesh): replicated until an axis is sharded."""
+        from .sharding import set_device_mesh
+
+        set_device_mesh(self, mesh)
+
+    def outer_split(self, axis: int, factor: int) -> None:
+        """Split loop axis `axis` into `factor` blocks (outer) of the rest (inner)."""
+        from .sharding import split
+
+        split(self, axis, factor, inner_split=False)
+
+    def inner_split(self, axis: int, factor: int) -> None:
+        """Split loop axis `axis` into (outer, inner) with an inner extent of `factor`."""
+        from .sharding import split
+
+        split(self, axis, factor, inner_split=True)
+
+    def split(self, axis: int, factor: int, inner_split: bool = True) -> None:
+        """nvFuser's `tv.split`: `inner_split` or `outer_split`."""
+        from .sharding import split
+
+        split(self, axis, factor, inner_split=inner_split)
+
     def __len__(self) -> int:
         from fuser.errors import DefinitionTypeError
 
@@ -219,8 +244,11 @@ class Axis:
         self.dim = dim
 
     def parallelize(self, parallel_type: Any) -> None:
-        """Parallelise this axis (recorded as `fd.sched.parallelize`)."""
-        self.tensor.fd.sched.parallelize(self.tensor, self.dim, parallel_type)
+        """Parallelise this loop axis (recorded as `fd.sched.parallelize` of the logical
+        axis): ParallelType.stream, or ParallelType.mesh_x to shard it over the mesh."""
+        from .sharding import parallelize
+
+        parallelize(self.tensor, self.dim, parallel_type)
 
     def __repr__(self) -> str:
         return f"Axis({self.tensor!r}, {self.dim})"

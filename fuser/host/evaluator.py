@@ -23,6 +23,7 @@ from fuser.runtime.reference import ReferenceExecutor, logical_input
 
 from .ir import (
     Allocate,
+    Communication,
     Deallocate,
     Evaluate,
     ForLoop,
@@ -36,6 +37,7 @@ from .ir import (
     SetCurrentStream,
     Stream,
     Synchronize,
+    Wait,
 )
 from .graphs import LoopGraphs, issue_lock, loop_regions, usable
 from .lower import as_declared
@@ -122,7 +124,7 @@ class HostIrEvaluator:
             LaunchKernel: self._launch, Evaluate: self._evaluate, PostOnStream: self._post,
             Allocate: self._allocate, Deallocate: self._deallocate, ForLoop: self._loop,
             GetCurrentStream: self._get_stream, SetCurrentStream: self._set_stream, Synchronize: self._synchronize,
-            HirAliasSelect: self._select,
+            HirAliasSelect: self._select, Communication: self._communicate, Wait: self._wait,
         }
         #: inputs an output is written into (add_output(alias_input=)), and the outputs
         #: that may come out as views of them: those are copied when made, or they would
@@ -312,6 +314,9 @@ class HostIrEvaluator:
             return
         shape = [int(state.ref.value(i.expanded_extent if i.has_expanded_extent else i.extent))
                  for i in e.tv.logical_no_reductions()]
+        scale = self.program.extent_scale.get(e.tv)
+        if scale:
+            shape = [n * a // b for n, (a, b) in zip(shape, scale)]
         make = torch.zeros if e.zero_init else torch.empty
         env[e.tv] = make(shape, dtype=e.tv.dtype.torch, device=self.device)
 
@@ -399,6 +404,27 @@ class HostIrEvaluator:
                 state.marks[key] = ev
             cur = state.current
             (cur if cur is not None else torch.cuda.current_stream(self.device)).wait_event(ev)
+
+    def _communicate(self, e: Communication, state: "_State") -> None:
+        from .communication import start
+
+        env = state.env
+        # a stream loop's chunk of a whole output allocated before the loop
+        dest = env.get(e.out)
+        pending = start(e, env[e.inp], dest)
+        pending.dest = dest
+        env[e.out] = pending  # until its Wait
+        if e.kind == "local_slice":
+            self._wait(e, state)
+
+    def _wait(self, e: Any, state: "_State") -> None:
+        env = state.env
+        pending = env[e.out]
+        got = pending.result()
+        if isinstance(pending.dest, torch.Tensor) and pending.dest is not got:
+            pending.dest.copy_(got)
+            got = pending.dest
+        env[e.out] = got
 
     def _select(self, e: HirAliasSelect, state: "_State") -> None:
         env = state.env

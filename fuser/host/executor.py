@@ -18,7 +18,8 @@ from fuser.runtime.binding import Binding, bind_inputs, check_one_device
 from fuser.runtime.info import runtime_info
 
 from .evaluator import HostIrEvaluator
-from .lower import insert_deallocations, lower_segmented
+from .lower import insert_deallocations, lower_communications, lower_segmented
+from .sharded import agree, is_sharded, sharded_fusion, sharded_should_merge
 from .streams import has_stream_axes, lower_streams, should_merge
 
 #: input signatures remembered per fusion before the oldest is forgotten
@@ -59,10 +60,15 @@ def value_free_inputs(fusion: Any) -> frozenset[int]:
     return got
 
 
-def segmented_runner(entry: Any, inputs: Sequence[Any], device: Any = None, binding: Binding | None = None):
+def segmented_runner(entry: Any, inputs: Sequence[Any], device: Any = None, binding: Binding | None = None,
+                     placements: tuple | None = None):
     """The entry's HostIrEvaluator for this call's input signature, validating the inputs,
-    segmenting and lowering to host IR on first sight of it."""
+    segmenting and lowering to host IR on first sight of it. `placements`: ((input
+    position, Sharding), ...) of DTensor inputs, which shard the fusion as annotations do
+    (a partial output then stays partial)."""
     key = signature(inputs, device, value_free_inputs(entry.fusion))
+    if placements:
+        key = (key, placements)
     runner = entry.executors.get(key)
     if runner is None:
         from fuser.segment import segment_fusion
@@ -71,21 +77,32 @@ def segmented_runner(entry: Any, inputs: Sequence[Any], device: Any = None, bind
         dev = torch.device(device) if device is not None else None
         # (the signature holds each tensor's device: a cached call was checked at its first)
         check_one_device(inputs, fusion)
-        if binding is None:
+        sharding = getattr(entry, "shards", True) and (placements or is_sharded(fusion))
+        if binding is None and not sharding:  # (a sharded fusion binds its propagated copy)
             binding = bind_inputs(fusion, inputs, device=dev)
         pre = preseg_fusion(entry)
-        if pre.fusion is not fusion:
+        if pre.fusion is not fusion and not sharding:
             # the passes' copy has its own values (and inputs it reads the same tensors as)
             fusion = pre.fusion
+            binding = bind_inputs(fusion, inputs, device=dev)
+        sharded = None
+        if sharding:
+            # shardings propagated, reshardings inserted (on a copy, once per definition)
+            sharded, pre = sharded_fusion(entry, pre, placements, keep_partial=bool(placements))
+            fusion = sharded.fusion
             binding = bind_inputs(fusion, inputs, device=dev)
         if dump_enabled("fusion_ir_preseg"):
             dump("fusion_ir_preseg", "Fusion IR after pre-segmenter optimization passes:\n" + fusion_str(fusion))
         info = runtime_info(fusion, binding.tensors, binding=binding)
         # stream-parallel expressions are kept apart from the others (seed 004)
         streams = getattr(entry, "stream_loops", True) and has_stream_axes(fusion)
-        seg = segment_fusion(fusion, info, custom_should_merge=should_merge) if streams else segment_fusion(fusion, info)
-        runner = lower_and_prepare(fusion, seg, binding, _aliases(entry.fusion, fusion), streams)
+        merge = should_merge if streams else None
+        if sharded is not None:
+            merge = sharded_should_merge(sharded, merge)
+        seg = segment_fusion(fusion, info, custom_should_merge=merge) if merge else segment_fusion(fusion, info)
+        runner = lower_and_prepare(fusion, seg, binding, _aliases(entry.fusion, fusion), streams, sharded)
         runner.preseg = pre
+        runner.sharded = sharded
         if len(entry.executors) >= MAX_SIGNATURES:
             entry.executors.pop(next(iter(entry.executors)))
         entry.executors[key] = runner
@@ -93,10 +110,12 @@ def segmented_runner(entry: Any, inputs: Sequence[Any], device: Any = None, bind
 
 
 def lower_and_prepare(fusion: Any, seg: Any, binding: Binding, aliases: dict | None = None,
-                      streams: bool = False) -> HostIrEvaluator:
-    """The evaluator of `seg`'s host program (with stream loops when `streams`), dumped
-    with FUSER_DUMP=host_ir."""
+                      streams: bool = False, sharded: Any = None) -> HostIrEvaluator:
+    """The evaluator of `seg`'s host program (with stream loops when `streams`, with the
+    communications of `sharded`, a ShardedFusion), dumped with FUSER_DUMP=host_ir."""
     program = lower_segmented(seg, aliases)
+    if sharded is not None:
+        program = lower_communications(program, sharded)
     if streams:
         program = lower_streams(program)
     program = insert_deallocations(program)
@@ -126,10 +145,20 @@ def preseg_fusion(entry: Any) -> PresegFusion:
     return got
 
 
-def run(entry: Any, inputs: Sequence[Any], *, device: Any = None) -> list[torch.Tensor]:
+def run(entry: Any, inputs: Sequence[Any], *, device: Any = None, placements: tuple | None = None) -> list[torch.Tensor]:
     """Execute a cached fusion on `inputs`: aliased outputs are written into their inputs
-    and left out of the returned list."""
-    runner = segmented_runner(entry, inputs, device)
+    and left out of the returned list. A sharded fusion's ranks first agree that each
+    could start (`fuser.host.sharded.agree`): a rank that fails raises on every rank
+    instead of leaving the others waiting in a collective."""
+    if placements or _is_sharded_entry(entry):
+        try:
+            runner = segmented_runner(entry, inputs, device, placements=placements)
+            failure = None
+        except Exception as err:  # every rank must hear of it before it raises
+            runner, failure = None, err
+        agree(inputs, failure)
+    else:
+        runner = segmented_runner(entry, inputs, device)
     entry.last_runner = runner
     outs = runner.run(inputs)
     fusion = entry.fusion
@@ -147,12 +176,23 @@ def run(entry: Any, inputs: Sequence[Any], *, device: Any = None) -> list[torch.
     return results
 
 
+def _is_sharded_entry(entry: Any) -> bool:
+    got = entry.__dict__.get("_is_sharded") if hasattr(entry, "__dict__") else None
+    if got is None:
+        got = is_sharded(entry.fusion)
+        if hasattr(entry, "__dict__"):
+            entry._is_sharded = got
+    return got
+
+
 class _UnitEntry:
     """A segment's fusion as an executor cache entry (PostOnStream runs it through here)."""
 
     __slots__ = ("fusion", "executors", "preseg", "last_runner")
     #: a unit runs one iteration's slices: its stream-parallel axes are the loop's, not its own
     stream_loops = False
+    #: a unit is one device's work on its blocks (a sharded fusion's segment)
+    shards = False
 
     def __init__(self, fusion: Any) -> None:
         self.fusion = fusion

@@ -27,7 +27,7 @@ import torch
 from fuser.ir import GatherOp, IndexSelectOp, ScatterOp, Val
 from fuser.options import disabled
 
-from .ir import Evaluate, ForLoop, HostExpr, HostUnit, SetCurrentStream
+from .ir import Communication, Evaluate, ForLoop, HostExpr, HostUnit, SetCurrentStream
 
 #: graphs kept per loop (least recently used dropped first), and captures a loop may make
 #: before it stops trying (its keys keep changing: the graphs would not be replayed)
@@ -63,6 +63,9 @@ class LoopGraphs:
         # index ops check their indices after each launch, which a replay cannot (it would
         # stop raising on a bad index): such loops run plainly
         self.off = any(isinstance(x, _CHECKED_INDEXING) for x in _exprs_of(exprs[0]))
+        # a collective is issued by torch.distributed on its own stream, outside any
+        # capture the loop would make: such loops run plainly
+        self.off = self.off or any(isinstance(b, Communication) for b in exprs[0].body)
 
     def key(self, env: dict, raw: dict, value: Callable[[Val], Any]) -> tuple | None:
         """What fixes the loop's work at this call: None where it must run plainly."""

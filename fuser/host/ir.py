@@ -215,6 +215,58 @@ class HirAliasSelect(HostExpr):
 
 
 @dataclass(frozen=True, eq=False)
+class Communication(HostExpr):
+    """A collective over the devices of `team` (torch.distributed ranks), started on the
+    current stream and finished by a `Wait`: `kind` is allgather, allreduce,
+    reduce_scatter or all_to_all; `axis` the sharded axis of `inp` (allgather, all_to_all),
+    `out_axis` that of `out` (reduce_scatter, all_to_all); `op` how partial values
+    combine (sum, max, min). `local_slice` is no communication: each device keeps its own
+    block of a replicated tensor."""
+
+    number: int
+    kind: str
+    inp: TensorView
+    out: TensorView
+    team: tuple[int, ...]
+    axis: int | None = None
+    out_axis: int | None = None
+    op: str | None = None
+
+    @property
+    def inputs(self) -> tuple[Val, ...]:  # type: ignore[override]
+        return (self.inp,)
+
+    @property
+    def outputs(self) -> tuple[Val, ...]:  # type: ignore[override]
+        return (self.out,)
+
+    def text(self, indent: str) -> str:
+        detail = "".join(f", {k}={v}" for k, v in (("axis", self.axis), ("out_axis", self.out_axis),
+                                                   ("op", self.op)) if v is not None)
+        return (f"{indent}{val_str(self.out)} = Communication {self.number} (type={_KIND_NAMES[self.kind]}, "
+                f"team=({' '.join(map(str, self.team))}), input={val_str(self.inp)}{detail})\n")
+
+
+_KIND_NAMES = {"allgather": "Allgather", "allreduce": "Allreduce", "reduce_scatter": "ReduceScatter",
+               "all_to_all": "AllToAll", "local_slice": "LocalSlice"}
+
+
+@dataclass(frozen=True, eq=False)
+class Wait(HostExpr):
+    """The current stream waits for communication `number` (its output is ready after)."""
+
+    number: int
+    out: TensorView
+
+    @property
+    def outputs(self) -> tuple[Val, ...]:  # type: ignore[override]
+        return ()
+
+    def text(self, indent: str) -> str:
+        return f"{indent}Wait Communication {self.number}\n"
+
+
+@dataclass(frozen=True, eq=False)
 class ForLoop(HostExpr):
     """`body` once per value of `index` in [0, `stop`) (a stream loop: `stop` is the
     extent of the stream-parallel axis `axis`)."""
@@ -262,6 +314,10 @@ class HostIrContainer:
     exprs: tuple[HostExpr, ...]
     units: tuple[HostUnit, ...] = ()
     aliases: dict[Val, Val] = field(default_factory=dict)
+    #: a sharded program's tensors whose extents are bound at another scale than they
+    #: hold (a whole tensor whose extent is a block's, or the reverse): tensor -> per
+    #: logical axis (numerator, denominator)
+    extent_scale: dict[Val, tuple[tuple[int, int], ...]] = field(default_factory=dict)
 
     def with_exprs(self, exprs: Sequence[HostExpr]) -> "HostIrContainer":
         """The same program with other top-level expressions (what a pass returns)."""
@@ -321,7 +377,7 @@ def _sc(s: Val) -> str:
 
 
 __all__ = [
-    "Allocate", "Deallocate", "Evaluate", "ForLoop", "GetCurrentStream", "HirAliasSelect", "HostExpr",
+    "Allocate", "Communication", "Deallocate", "Evaluate", "ForLoop", "GetCurrentStream", "HirAliasSelect", "HostExpr",
     "HostIrContainer", "HostUnit", "LaunchKernel", "PostOnStream", "SetCurrentStream", "Stream", "Synchronize",
-    "local_slice", "host_index",
+    "Wait", "local_slice", "host_index",
 ]

@@ -9,6 +9,7 @@ as `Evaluate`s. Passes then follow: `fuser.host.streams.lower_streams` (stream l
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Sequence
 
 import torch
@@ -58,6 +59,53 @@ def lower_segmented(seg: SegmentedFusion, aliases: dict[Val, Val] | None = None)
     return HostIrContainer(fusion, tuple(fusion.inputs), tuple(fusion.outputs), tuple(exprs), tuple(units), aliases)
 
 
+def lower_communications(program: HostIrContainer, sharded: Any) -> HostIrContainer:
+    """`program` with each resharding `set` of `sharded` (a ShardedFusion) as a
+    Communication and its Wait (or a local slice), numbered in program order."""
+    from .ir import Communication, Wait
+
+    out: list[HostExpr] = []
+    number = 0
+    for e in program.exprs:
+        r = sharded.reshards.get(e.expr) if isinstance(e, Evaluate) else None
+        if r is None:
+            out.append(e)
+            continue
+        inp, res = e.expr.inputs[0], e.expr.outputs[0]
+        c = Communication(number, r.kind, inp, res, tuple(r.src.mesh.devices), axis=r.src.axis,
+                          out_axis=r.dst.axis, op=r.src.partial)
+        out.append(c)
+        if r.is_communication:
+            out.append(Wait(number, res))
+        number += 1
+    return replace(program.with_exprs(out), extent_scale=_extent_scales(program, sharded))
+
+
+def _extent_scales(program: HostIrContainer, sharded: Any) -> dict:
+    """Per tensor of `sharded` whose extents the binding gives at another scale than the
+    tensor has: an extent bound from a sharded input axis is a block's, and a whole tensor
+    with that extent (an allgather's output, what it feeds) is `devices` times it; an
+    extent bound from a whole input, on a tensor sharded along it, is divided."""
+    d = sharded.mesh.size
+    local: dict[Val, bool] = {}
+    for v in program.inputs:
+        s = sharded.of(v)
+        if s is not None:
+            for k, i in enumerate(v.logical_no_reductions()):  # type: ignore[union-attr]
+                if not i.is_broadcast and not i.extent.is_const:
+                    local.setdefault(i.extent, s.axis == k)
+    scales = {}
+    for tv, s in sharded.shardings.items():
+        axes = []
+        for k, i in enumerate(tv.logical_no_reductions()):
+            bound = local.get(i.extent)
+            held = s.axis == k
+            axes.append((d, 1) if bound and not held else (1, d) if bound is False and held else (1, 1))
+        if any(a != (1, 1) for a in axes):
+            scales[tv] = tuple(axes)
+    return scales
+
+
 def _allocate_in_place(exprs: list[HostExpr], aliases: dict[Val, Val]) -> list[HostExpr]:
     """An Allocate (bound to the aliased input's buffer) before the writer of each aliased
     output whose input nothing reads after that writer."""
@@ -100,7 +148,12 @@ def _released_after(exprs: Sequence[HostExpr], k: int) -> int:
     """Where a tensor last read by `exprs[k]` may be released: after it, or, when it is a
     stream loop, after the loop joining its worker streams. Released earlier, the buffer
     could be reused on the caller's stream while a worker still reads it."""
-    if not (isinstance(exprs[k], ForLoop) and exprs[k].on_workers):
+    from .ir import Communication, Wait
+
+    e = exprs[k]
+    if isinstance(e, Communication):  # the collective reads it until its Wait
+        return next((j for j in range(k + 1, len(exprs)) if isinstance(exprs[j], Wait) and exprs[j].number == e.number), k)
+    if not (isinstance(e, ForLoop) and e.on_workers):
         return k
     return next((j for j in range(k + 1, len(exprs)) if isinstance(exprs[j], ForLoop) and exprs[j].is_join), k)
 
@@ -142,4 +195,4 @@ def example_args(seg: SegmentedFusion, group: SegmentedGroup, inputs: Sequence[A
     return args
 
 
-__all__ = ["as_declared", "example_args", "insert_deallocations", "lower_segmented"]
+__all__ = ["as_declared", "example_args", "insert_deallocations", "lower_communications", "lower_segmented"]

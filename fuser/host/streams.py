@@ -25,6 +25,7 @@ leaves the iterations free to run side by side.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Sequence
 
 from fuser.ir import (
@@ -39,6 +40,7 @@ from fuser.ir import (
     MatmulOp,
     ParallelType,
     ReshapeOp,
+    ReshardOp,
     SqueezeOp,
     TensorView,
     Val,
@@ -48,6 +50,7 @@ from fuser.segment import SegmentedGroup
 
 from .ir import (
     Allocate,
+    Communication,
     Evaluate,
     ForLoop,
     GetCurrentStream,
@@ -58,13 +61,14 @@ from .ir import (
     SetCurrentStream,
     Stream,
     Synchronize,
+    Wait,
     host_index,
     local_slice,
 )
 
 #: expressions PyTorch runs as well as a kernel would (or better): a group of only these
 #: is evaluated expression by expression, any other group runs as a unit through fuser
-HOST_NATIVE = (LoadStoreOp, MatmulOp, LinearOp, AtenOp, ReshapeOp, SqueezeOp, BroadcastOp, ExpandOp)
+HOST_NATIVE = (LoadStoreOp, MatmulOp, LinearOp, AtenOp, ReshapeOp, SqueezeOp, BroadcastOp, ExpandOp, ReshardOp)
 
 
 def stream_axis(tv: Val) -> int | None:
@@ -120,8 +124,9 @@ def lower_streams(program: HostIrContainer) -> HostIrContainer:
             run.clear()
 
     for e in exprs:
-        if _out_axis(e) is not None:
-            run.append(e)
+        if _out_axis(e) is not None or (isinstance(e, Wait) and any(
+                isinstance(c, Communication) and c.number == e.number for c in run)):
+            run.append(e)  # (a communication's Wait goes in its loop: each chunk waits for its own)
         else:
             flush()
             out.append(e)
@@ -130,7 +135,7 @@ def lower_streams(program: HostIrContainer) -> HostIrContainer:
 
 
 def _out_axis(e: HostExpr) -> int | None:
-    if not isinstance(e, (Evaluate, PostOnStream)):
+    if not isinstance(e, (Evaluate, PostOnStream, Communication)):
         return None
     for o in e.outputs:
         k = stream_axis(o)
@@ -148,6 +153,10 @@ def _mapped_axis(tv: Val, axis: IterDomain, exact: ExactMap, e: HostExpr | None 
     for k, i in enumerate(ids):
         if not i.is_broadcast and exact.same(i, axis):
             return k
+    if isinstance(e, Communication) or (stream_axis(tv) is not None and e is not None and tv in e.outputs):
+        # no axis maps across a resharding: its tensors (and what they feed) say which
+        # axis is the stream's
+        return stream_axis(tv)
     x = e.expr if isinstance(e, Evaluate) else None
     if isinstance(x, (MatmulOp, LinearOp)) and tv in x.inputs:
         out = x.outputs[0].logical_no_reductions()
@@ -169,6 +178,16 @@ def _mapped_axis(tv: Val, axis: IterDomain, exact: ExactMap, e: HostExpr | None 
                 k = 0 if from_right == 1 else None
         return k if k is not None and 0 <= k < len(ids) and not ids[k].is_broadcast else None
     return None
+
+
+def _on_slice(c: Communication, axis: int | None, stream: int | None) -> int | None:
+    """A communication's sharded axis on one stream slice (the stream axis dropped)."""
+    if axis is None or stream is None:
+        return axis
+    if axis == stream:
+        raise NotImplementedError(f"Communication {c.number} ({c.kind}) is over the stream-parallel axis: shard and "
+                                  "stream over different axes")
+    return axis - 1 if axis > stream else axis
 
 
 def _loop(run: list[HostExpr], exact: ExactMap, fusion: Fusion, number: int) -> list[HostExpr]:
@@ -198,6 +217,9 @@ def _loop(run: list[HostExpr], exact: ExactMap, fusion: Fusion, number: int) -> 
     current: HostExpr | None = None
     for e in run:
         current = e
+        if isinstance(e, Wait):
+            body.append(Wait(e.number, sliced(e.out)[0]))  # type: ignore[arg-type]
+            continue
         ins = [sliced(v) for v in e.inputs]
         outs = [sliced(v) for v in e.outputs]
         if any(k is None for _, k in outs):
@@ -206,7 +228,11 @@ def _loop(run: list[HostExpr], exact: ExactMap, fusion: Fusion, number: int) -> 
                 f"{axis!r} (a reduction over the stream-parallel axis is not supported)")
         in_axes = tuple(k for _, k in ins)
         out_axes = tuple(k for _, k in outs)
-        if isinstance(e, Evaluate):
+        if isinstance(e, Communication):
+            (s_in, k_in), (s_out, k_out) = ins[0], outs[0]
+            body.append(replace(e, inp=s_in, out=s_out, axis=_on_slice(e, e.axis, k_in),
+                                out_axis=_on_slice(e, e.out_axis, k_out)))
+        elif isinstance(e, Evaluate):
             body.append(Evaluate(e.expr, tuple(v for v, _ in ins), tuple(v for v, _ in outs), e.unit,
                                  in_axes=in_axes, out_axes=out_axes))
         else:

@@ -212,6 +212,13 @@ class LoadStoreOp(Expr):
     attr_names = ("op_type", "cache_op")
 
 
+class ReshardOp(Expr):
+    """Its input laid out over devices otherwise (a sharded fusion's resharding, made by
+    fuser.multidevice and run by the host program as a communication). It exists only
+    in a sharded fusion's propagated copy; no axis is exactly mapped across it (a block
+    and the whole have different extents)."""
+
+
 # --- factories -------------------------------------------------------------------
 
 

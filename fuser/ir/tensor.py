@@ -10,6 +10,8 @@ class TensorView(Val):
     """A tensor: its dtype, its domains (root, logical, allocation, loop), where it lives."""
 
     kind = "tv"
+    #: the DeviceMesh a sharded fusion places it on (fuser.multidevice), None otherwise
+    device_mesh = None
 
     def __init__(self, domain: TensorDomain, dtype: DataType, memory_type: MemoryType = MemoryType.Local) -> None:
         if dtype is DataType.Null:

@@ -1,0 +1,142 @@
+"""Running a host program's communications with torch.distributed (NCCL on GPUs, gloo on
+CPUs): each starts asynchronously on the current stream and is finished by its `Wait`.
+
+Tensors are sharded in equal blocks: device k of the team holds the k-th block of the
+sharded axis. A collective works on the blocks laid out along dimension 0 (what NCCL's
+allgather and reduce-scatter concatenate), so a sharded axis elsewhere is moved to the
+front and back around it.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+from fuser.ir.printer import val_str
+
+from .ir import Communication
+
+#: torch.distributed's reduce op per partial kind
+_REDUCE = {"sum": "SUM", "max": "MAX", "min": "MIN"}
+#: groups made for teams that are not the whole world (team -> group)
+_GROUPS: dict[tuple[int, ...], Any] = {}
+
+
+class Pending:
+    """A started communication: `result()` (after the wait) gives its output."""
+
+    __slots__ = ("work", "finish", "what", "dest")
+
+    def __init__(self, work: Any, finish: Callable[[], torch.Tensor], what: str = "") -> None:
+        self.work = work
+        self.finish = finish
+        self.what = what
+        #: where the result must end up (a chunk of a buffer allocated before a stream loop)
+        self.dest: Any = None
+
+    def result(self) -> torch.Tensor:
+        if self.work is not None:
+            try:
+                self.work.wait()
+            except Exception as err:  # a timeout, or a peer that failed
+                raise RuntimeError(f"{self.what} failed: {err}") from err
+        return self.finish()
+
+
+def _group(team: tuple[int, ...]) -> Any:
+    import torch.distributed as dist
+
+    if len(team) == dist.get_world_size() and list(team) == list(range(len(team))):
+        return None  # the default group
+    g = _GROUPS.get(team)
+    if g is None:
+        g = _GROUPS[team] = dist.new_group(list(team))
+    return g
+
+
+def _position(team: tuple[int, ...]) -> int:
+    import torch.distributed as dist
+
+    rank = dist.get_rank()
+    if rank not in team:
+        raise RuntimeError(f"rank {rank} is not in the team {team} of this communication")
+    return team.index(rank)
+
+
+def _front(x: torch.Tensor, axis: int) -> torch.Tensor:
+    return (x if axis == 0 else x.movedim(axis, 0)).contiguous()
+
+
+def _back(x: torch.Tensor, axis: int) -> torch.Tensor:
+    return x if axis == 0 else x.movedim(0, axis)
+
+
+def _block(n: int, d: int, what: str) -> int:
+    if n % d:
+        raise ValueError(f"{what}: an axis of extent {n} does not split into {d} equal blocks, one per device")
+    return n // d
+
+
+def _into(dest: Any, shape: tuple, like: torch.Tensor) -> torch.Tensor:
+    """`dest` where a collective may write it directly (dense, of the shape and dtype it
+    writes), else a new buffer."""
+    if (isinstance(dest, torch.Tensor) and tuple(dest.shape) == tuple(shape) and dest.dtype == like.dtype
+            and dest.is_contiguous()):
+        return dest
+    return like.new_empty(shape)
+
+
+def start(c: Communication, x: torch.Tensor, dest: Any = None) -> Pending:
+    """Start communication `c` on its input `x` (this device's block or partial value);
+    `dest`: where its result must end up (written directly where the layout allows)."""
+    import torch.distributed as dist
+
+    team, d = c.team, len(c.team)
+    group = _group(team)
+    gloo = dist.get_backend(group) == "gloo"
+    what = f"Communication {c.number} ({c.kind} of {val_str(c.inp)})"
+    if c.kind == "local_slice":
+        n = x.shape[c.out_axis]
+        b = _block(n, d, what)
+        got = x.narrow(c.out_axis, _position(team) * b, b)
+        return Pending(None, lambda: got)
+    if c.kind == "allreduce":
+        buf = x.contiguous()
+        work = dist.all_reduce(buf, op=getattr(dist.ReduceOp, _REDUCE[c.op]), group=group, async_op=True)
+        return Pending(work, lambda: buf, what)
+    if c.kind == "allgather":
+        src = _front(x, c.axis)
+        out = _into(dest if c.axis == 0 else None, (src.shape[0] * d, *src.shape[1:]), src)
+        if gloo:  # gloo has no allgather into one tensor
+            parts = list(out.chunk(d))
+            work = dist.all_gather(parts, src, group=group, async_op=True)
+        else:
+            work = dist.all_gather_into_tensor(out, src, group=group, async_op=True)
+        return Pending(work, lambda: _back(out, c.axis), what)
+    if c.kind == "reduce_scatter":
+        src = _front(x, c.out_axis)
+        b = _block(src.shape[0], d, what)
+        op = getattr(dist.ReduceOp, _REDUCE[c.op])
+        if gloo:  # gloo has no reduce-scatter: the whole sum, then this device's block
+            work = dist.all_reduce(src, op=op, group=group, async_op=True)
+            k = _position(team)
+            return Pending(work, lambda: _back(src.narrow(0, k * b, b), c.out_axis), what)
+        out = _into(dest if c.out_axis == 0 else None, (b, *src.shape[1:]), src)
+        work = dist.reduce_scatter_tensor(out, src, op=op, group=group, async_op=True)
+        return Pending(work, lambda: _back(out, c.out_axis), what)
+    if c.kind == "all_to_all":
+        # sharded on axis a -> sharded on axis b: split the b axis into d blocks (block j to
+        # device j), exchange, and put the received blocks of a side by side
+        a, b_axis = c.axis, c.out_axis
+        y = _front(x, b_axis)
+        nb = _block(y.shape[0], d, what)
+        src = y.reshape(d, nb, *y.shape[1:]).contiguous()
+        out = torch.empty_like(src)
+        pa = a + 1 if a < b_axis else a  # axis a's place in y
+
+        def finish() -> torch.Tensor:
+            return _back(torch.cat(list(out.unbind(0)), dim=pa), b_axis)
+
+        work = dist.all_to_all_single(out, src, group=group, async_op=True)
+        return Pending(work, finish, what)
+    raise NotImplementedError(f"{what}: unknown communication kind {c.kind!r}")

@@ -1,0 +1,431 @@
+"""Sharding propagation and resharding (the pre-segmentation pass of a sharded fusion).
+
+A tensor of a sharded fusion lives on a DeviceMesh and is either replicated (every device
+holds all of it), sharded on one logical axis (device k of the mesh holds the k-th of
+`mesh.size` equal blocks of that axis), or partial (every device holds a full-shaped
+partial result, `sum`, `max` or `min`, that the devices' values combine into).
+
+`shard_fusion` gives every tensor a sharding, starting from the inputs' annotations
+(`tv.set_device_mesh`, `tv.axis(i).parallelize(ParallelType.mesh_x)`), expression by
+expression: an output takes the sharding its first sharded operand induces (an axis the
+operand's sharded axis maps to; `partial` when the expression reduces or contracts it).
+Where an operand is sharded otherwise than that output needs, or a tensor is annotated
+otherwise than it is computed, a `set` is inserted: a resharding expression, which the
+host program runs as a communication (or a local slice), in a segment of its own.
+
+Everything a device computes between reshardings is ordinary single-device work on its
+local shards: the kernels never see a mesh.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from fuser.ir import (
+    AtenOp,
+    BinaryOpType,
+    DataType,
+    Expr,
+    Fusion,
+    LinearOp,
+    LoadStoreOp,
+    MatmulOp,
+    ParallelType,
+    ReductionOp,
+    ReshardOp,
+    TensorView,
+    Val,
+)
+from fuser.ir.mapping import exact_pairs
+
+from .mesh import DeviceMesh
+
+#: a reduction's operator -> the partial kind it leaves over a sharded axis
+_PARTIAL_OF = {BinaryOpType.Add: "sum", BinaryOpType.Max: "max", BinaryOpType.Min: "min"}
+#: an operand axis the expression reduces or contracts
+REDUCED = "reduced"
+
+
+@dataclass(frozen=True)
+class Sharding:
+    """How a tensor is laid out over `mesh`: sharded on logical axis `axis`, partial
+    (`partial` names how the devices' values combine), or replicated (neither)."""
+
+    mesh: DeviceMesh
+    axis: int | None = None
+    partial: str | None = None
+
+    @property
+    def replicated(self) -> bool:
+        return self.axis is None and self.partial is None
+
+    def __str__(self) -> str:
+        if self.partial:
+            return f"partial {self.partial} on {self.mesh}"
+        if self.axis is None:
+            return f"replicated on {self.mesh}"
+        return f"sharded on axis {self.axis} over {self.mesh}"
+
+
+@dataclass(frozen=True)
+class Reshard:
+    """A resharding `set`: how its input's sharding becomes its output's."""
+
+    kind: str  # allgather, allreduce, reduce_scatter, all_to_all, local_slice
+    src: Sharding
+    dst: Sharding
+
+    @property
+    def is_communication(self) -> bool:
+        return self.kind != "local_slice"
+
+
+@dataclass
+class ShardedFusion:
+    """A fusion with every tensor's sharding, and the resharding expressions inserted."""
+
+    fusion: Fusion
+    shardings: dict[TensorView, Sharding] = field(default_factory=dict)
+    reshards: dict[Expr, Reshard] = field(default_factory=dict)
+    mesh: DeviceMesh | None = None
+
+    def of(self, tv: Val) -> Sharding | None:
+        return self.shardings.get(tv) if isinstance(tv, TensorView) else None
+
+
+def annotated(tv: TensorView) -> Sharding | None:
+    """The sharding the definition gives `tv` (None: no mesh)."""
+    mesh = tv.device_mesh
+    if mesh is None:
+        return None
+    axes = [k for k, i in enumerate(tv.logical_no_reductions()) if i.parallel_type is ParallelType.DIDx]
+    if len(axes) > 1:
+        raise NotImplementedError(f"{tv!r} is sharded on axes {axes}: one sharded axis per tensor is supported "
+                                  "(a 1-D mesh)")
+    return Sharding(mesh, axes[0] if axes else None)
+
+
+def is_sharded(fusion: Fusion) -> bool:
+    """Whether any tensor of `fusion` is placed on a DeviceMesh."""
+    return any(tv.device_mesh is not None for tv in fusion.tensors())
+
+
+def fusion_mesh(fusion: Fusion) -> DeviceMesh:
+    """The one mesh `fusion`'s tensors are placed on."""
+    meshes = {tv.device_mesh for tv in fusion.tensors() if tv.device_mesh is not None}
+    if len(meshes) != 1:
+        raise NotImplementedError(
+            f"the fusion places tensors on {len(meshes)} different meshes ({', '.join(map(str, meshes))}): "
+            "one mesh per fusion is supported (pipelines across meshes are not yet)")
+    return meshes.pop()
+
+
+def out_axis(expr: Expr, operand: TensorView, axis: int, out: TensorView | None = None) -> int | str | None:
+    """Where `operand`'s logical axis `axis` goes in output `out` of `expr` (default: the
+    first): its position there, REDUCED when the expression reduces or contracts it,
+    None when it has no place (a gather's looked-up axis, an axis a reshape merges or
+    splits, an output without it)."""
+    if out is None:
+        out = next(o for o in expr.outputs if isinstance(o, TensorView))
+    if isinstance(expr, (MatmulOp, LinearOp)):
+        return _matmul_axis(expr, operand, axis, out)
+    if isinstance(expr, AtenOp):
+        return _aten_axis(expr, operand, axis, out)
+    pid = operand.logical_no_reductions()[axis]
+    logical = out.logical_no_reductions()
+    for p, c in exact_pairs(expr):
+        if p is pid and (c in out.root or c in out.logical):
+            if c.is_reduction:
+                return REDUCED
+            if c in logical:
+                return logical.index(c)
+    return None
+
+
+def _aten_axis(expr: AtenOp, operand: TensorView, axis: int, out: TensorView) -> int | None:
+    """Attention works per batch and head: axes 0 and 1 of its [batch, heads, seq, dim]
+    operands (and of the [batch, heads, seq] log-sum-exp) are those of its outputs."""
+    if expr.name in ("sdpfa_fwd", "sdpfa_bwd") and axis in (0, 1) and operand.ndim >= 3 and out.ndim >= 3:
+        return axis
+    return None
+
+
+def _matmul_axis(expr: Expr, operand: TensorView, axis: int, out: TensorView) -> int | str | None:
+    n = operand.ndim
+    nout = out.ndim
+    if isinstance(expr, MatmulOp):
+        a, b = expr.inputs[0], expr.inputs[1]
+        if operand is a:
+            if axis == n - 1:
+                return REDUCED
+            if axis == n - 2:
+                return nout - 1 if b.ndim == 1 else nout - 2
+            return nout - (n - axis) + (1 if b.ndim == 1 else 0) if n > 2 else None
+        if n == 1 or axis == n - 2:
+            return REDUCED
+        if axis == n - 1:
+            return nout - 1
+        return nout - 2 - (n - 2 - axis) if a.ndim > 1 else nout - 1 - (n - 2 - axis)
+    x, w = expr.inputs[0], expr.inputs[1]
+    if operand is x:
+        return REDUCED if axis == n - 1 else axis
+    if operand is w:
+        if n == 1 or axis == 1:
+            return REDUCED
+        return nout - 1
+    return nout - 1  # bias [N]
+
+
+def _partial_kind(expr: Expr) -> str:
+    if isinstance(expr, (MatmulOp, LinearOp)):
+        return "sum"
+    if isinstance(expr, ReductionOp) and expr.op_type in _PARTIAL_OF:
+        return _PARTIAL_OF[expr.op_type]
+    raise NotImplementedError(
+        f"{type(expr).__name__} of {expr.outputs[0]!r} reduces a sharded axis: only sum, max, min, matmul and "
+        "linear over a sharded axis are supported (a local reduction, then an allreduce)")
+
+
+def reshard_kind(src: Sharding, dst: Sharding) -> str | None:
+    """The communication taking a tensor from `src` to `dst` (None: none needed)."""
+    if src.mesh != dst.mesh:
+        raise NotImplementedError(f"resharding from {src.mesh} to {dst.mesh}: one mesh per fusion is supported")
+    if src.partial:
+        if dst.partial:
+            if dst.partial != src.partial:
+                raise NotImplementedError(f"a {src.partial} partial cannot become a {dst.partial} partial")
+            return None
+        if dst.axis is None:
+            return "allreduce"
+        return "reduce_scatter"
+    if dst.partial:
+        raise NotImplementedError(f"a tensor {src} cannot be made partial")
+    if src.axis == dst.axis:
+        return None
+    if src.axis is None:
+        return "local_slice"
+    if dst.axis is None:
+        return "allgather"
+    return "all_to_all"
+
+
+class _Propagation:
+    def __init__(self, fusion: Fusion, mesh: DeviceMesh, input_shardings: dict | None, keep_partial: bool) -> None:
+        self.fusion = fusion
+        self.mesh = mesh
+        self.out = ShardedFusion(fusion, mesh=mesh)
+        self.keep_partial = keep_partial
+        self.input_shardings = input_shardings or {}
+
+    def run(self) -> ShardedFusion:
+        fusion, sh = self.fusion, self.out.shardings
+        for tv in fusion.inputs:
+            if isinstance(tv, TensorView):
+                sh[tv] = self.input_shardings.get(tv) or annotated(tv) or Sharding(self.mesh)
+        for expr in list(fusion.exprs()):
+            if expr in self.out.reshards:
+                continue
+            self._expr(expr)
+        for k, o in enumerate(list(fusion.outputs)):
+            s = sh.get(o) if isinstance(o, TensorView) else None
+            if s is not None and s.partial and not self.keep_partial:
+                self._reshard_uses(o, Sharding(self.mesh))
+        self._localize_fixed_extents()
+        # what each device runs is single-device work on its blocks: the marks go (the
+        # table keeps the shardings), so no segment of the copy is sharded again
+        for tv in fusion.tensors():
+            tv.device_mesh = None
+            for i in tv.logical:
+                if i.parallel_type is ParallelType.DIDx:
+                    i.parallel_type = ParallelType.Serial
+        fusion._sorted = None
+        return self.out
+
+    def _localize_fixed_extents(self) -> None:
+        """A sharded axis the definition fixes (extent n) is, on each device, its block:
+        n / devices (symbolic extents are bound from the local tensors already)."""
+        from fuser.ir import Scalar
+        from fuser.ir.base import fusion_guard
+
+        d = self.mesh.size
+        for tv, s in self.out.shardings.items():
+            if s.axis is None:
+                continue
+            i = tv.logical_no_reductions()[s.axis]
+            if not i.extent.is_const:
+                continue
+            n = int(i.extent.value)
+            if n % d:
+                raise ValueError(f"{tv!r}: axis {s.axis} of extent {n} is sharded over {d} devices, which do not split "
+                                 "it into equal blocks")
+            with fusion_guard(self.fusion):
+                i.extent = Scalar(DataType.Int, n // d)
+
+    def _expr(self, expr: Expr) -> None:
+        sh = self.out.shardings
+        outs = [o for o in expr.outputs if isinstance(o, TensorView)]
+        if not outs:
+            return
+        # a partial operand is combined before anything reads it
+        for v in [v for v in expr.inputs if isinstance(v, TensorView)]:
+            if sh[v].partial:
+                self._reshard_operand(expr, v, Sharding(self.mesh))
+        operands = [v for v in expr.inputs if isinstance(v, TensorView)]
+        natural = self._natural(expr, operands)
+        if natural.partial and isinstance(expr, LinearOp) and len(expr.inputs) > 2:
+            self._bias_after_combine(expr)
+            return
+        for v in operands:
+            want = self._operand_sharding(expr, v, natural)
+            if want != sh[v]:
+                self._reshard_operand(expr, v, want)
+        if len(outs) > 1 and natural.partial:
+            raise NotImplementedError(f"{type(expr).__name__} with {len(outs)} outputs over a sharded axis")
+        for o in outs:
+            sh[o] = natural if o is outs[0] else self._other_output(expr, operands, natural, o)
+            want = annotated(o) if o.device_mesh is not None else None
+            if want is not None and want != natural:
+                self._reshard_uses(o, want)
+            elif natural.partial and o not in self.fusion.outputs:
+                self._reshard_uses(o, Sharding(self.mesh))
+
+    def _natural(self, expr: Expr, operands: Sequence[TensorView]) -> Sharding:
+        """The sharding `expr`'s output takes from a sharded operand: the one its
+        annotation asks for when an operand gives it (a column-parallel linear on a
+        sequence-sharded input: the weight's, the input gathered), else the first."""
+        sh = self.out.shardings
+        candidates = []
+        for v in operands:
+            s = sh[v]
+            if s.axis is None:
+                continue
+            m = out_axis(expr, v, s.axis)
+            if m == REDUCED:
+                candidates.append(Sharding(self.mesh, partial=_partial_kind(expr)))
+            elif m is not None:
+                candidates.append(Sharding(self.mesh, axis=m))  # type: ignore[arg-type]
+        out = next(o for o in expr.outputs if isinstance(o, TensorView))
+        wanted = annotated(out) if out.device_mesh is not None else None
+        if wanted in candidates:
+            return wanted  # type: ignore[return-value]
+        return candidates[0] if candidates else Sharding(self.mesh)
+
+    def _other_output(self, expr: Expr, operands: Sequence[TensorView], natural: Sharding, o: TensorView) -> Sharding:
+        """The sharding of a second output (attention's log-sum-exp and RNG state): the
+        first sharded operand's axis where `o` has it, else replicated."""
+        if natural.axis is None:
+            return natural
+        for v in operands:
+            s = self.out.shardings[v]
+            if s.axis is not None:
+                m = out_axis(expr, v, s.axis, o)
+                return Sharding(self.mesh, axis=m) if isinstance(m, int) else Sharding(self.mesh)
+        return Sharding(self.mesh)
+
+    def _operand_sharding(self, expr: Expr, v: TensorView, natural: Sharding) -> Sharding:
+        """How operand `v` must be laid out for `expr` to compute `natural` locally."""
+        current = self.out.shardings[v]
+        ids = v.logical_no_reductions()
+        if natural.replicated:
+            return Sharding(self.mesh)
+        for k in range(len(ids)):
+            if ids[k].is_broadcast:
+                continue
+            m = out_axis(expr, v, k)
+            if (natural.partial and m == REDUCED) or (natural.axis is not None and m == natural.axis):
+                return Sharding(self.mesh, axis=k)
+        if natural.partial and current.axis is None:
+            # an operand the contraction does not read along the sharded axis (a bias): the
+            # output's partial sum counts it once per device
+            raise NotImplementedError(f"{type(expr).__name__}: operand {v!r} would be added on every device to a "
+                                      "partial result")
+        return Sharding(self.mesh)
+
+    # --- IR surgery ------------------------------------------------------------------
+    def _new_reshard(self, v: TensorView, want: Sharding) -> TensorView:
+        from fuser.ir import TensorDomain
+        from fuser.ops.arith import pointwise_domain
+
+        src = self.out.shardings[v]
+        kind = reshard_kind(src, want)
+        with self.fusion.guard():
+            copy = TensorView(TensorDomain(pointwise_domain([v])), v.dtype)
+            ReshardOp([v], [copy])
+        for a, b in zip(v.logical_no_reductions(), copy.logical_no_reductions()):
+            if a.parallel_type is ParallelType.Stream:  # chunk by chunk in the same stream loop
+                b.parallel_type = ParallelType.Stream
+        copy.device_mesh = self.mesh
+        self.out.shardings[copy] = want
+        self.out.reshards[copy.definition] = Reshard(kind, src, want)  # type: ignore[index, arg-type]
+        return copy
+
+    def _reshard_operand(self, expr: Expr, v: TensorView, want: Sharding) -> None:
+        copy = self._new_reshard(v, want)
+        _replace_input(expr, v, copy)
+
+    def _reshard_uses(self, v: TensorView, want: Sharding) -> None:
+        """Reshard `v` once, right after it is computed, for every reader and output."""
+        copy = self._new_reshard(v, want)
+        for use in [u for u in v.uses if u is not copy.definition]:
+            _replace_input(use, v, copy)
+        fusion = self.fusion
+        if v in fusion._output_set:
+            fusion.outputs[:] = [copy if o is v else o for o in fusion.outputs]
+            fusion._output_set.discard(v)
+            fusion._output_set.add(copy)
+        if v in fusion.output_aliases:
+            fusion.output_aliases[copy] = fusion.output_aliases.pop(v)
+
+    def _bias_after_combine(self, expr: LinearOp) -> None:
+        """linear(x, w, b) over a sharded K: linear(x, w) on each device, the sum over the
+        devices, then + b (adding b before the sum would count it once per device). The
+        original output stays (its readers and the fusion's outputs keep it): a copy of
+        the sum."""
+        from fuser.ir import LoadStoreOpType
+        from fuser.ops import arith
+        from fuser.ops.indexing import linear
+        from fuser.ops.reduction import broadcast
+
+        x, w, b = expr.inputs[0], expr.inputs[1], expr.inputs[2]
+        out = expr.outputs[0]
+        fusion = self.fusion
+        fusion.remove_expr(expr)
+        with fusion.guard():
+            part = linear(x, w)
+        self._expr(part.definition)  # partial, then combined: its one reader is the copy
+        whole = next(u.outputs[0] for u in part.uses)
+        with fusion.guard():
+            bb = broadcast(b, [True] * (out.ndim - b.ndim) + [False] * b.ndim) if b.ndim < out.ndim else b
+        if bb is not b:
+            self._expr(bb.definition)
+        with fusion.guard():
+            total = arith.binary(BinaryOpType.Add, whole, bb)
+        self._expr(total.definition)
+        if total.dtype != out.dtype:
+            with fusion.guard():
+                total = arith.cast(total, out.dtype)
+            self._expr(total.definition)
+        self._expr(LoadStoreOp([total], [out], op_type=LoadStoreOpType.Set, cache_op="Streaming"))
+        fusion._sorted = None
+
+
+def _replace_input(expr: Expr, old: Val, new: Val) -> None:
+    expr.inputs[:] = [new if v is old else v for v in expr.inputs]
+    while expr in old.uses:
+        old.uses.remove(expr)
+    if expr not in new.uses:
+        new.uses.append(expr)
+    expr.fusion._sorted = None
+
+
+def shard_fusion(fusion: Fusion, input_shardings: dict | None = None, keep_partial: bool = False) -> ShardedFusion:
+    """Propagate shardings through `fusion` (modified in place: run it on a copy) and insert
+    the resharding expressions; `input_shardings` overrides the inputs' annotations
+    (DTensor placements); with `keep_partial`, a partial output stays partial."""
+    meshes = {s.mesh for s in (input_shardings or {}).values()}
+    if len(meshes) > 1:
+        raise NotImplementedError("the inputs are placed on different meshes: one mesh per fusion is supported")
+    mesh = meshes.pop() if meshes else fusion_mesh(fusion)
+    if is_sharded(fusion) and fusion_mesh(fusion) != mesh:
+        raise ValueError(f"the inputs are placed on {mesh} but the definition places tensors on {fusion_mesh(fusion)}")
+    return _Propagation(fusion, mesh, input_shardings, keep_partial).run()

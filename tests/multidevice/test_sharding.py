@@ -1,0 +1,252 @@
+"""Sharded fusions against the unsharded computation: every rank passes its blocks and
+checks the block (or whole tensor) it gets back. Run in every rank of
+`torchrun --nproc-per-node 2 -m pytest tests/multidevice`."""
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+from fuser import DataType, FusionDefinition, ParallelType
+from fuser.multidevice import DeviceMesh
+from fuser.runtime.tolerance import assert_close
+
+F32 = DataType.Float
+
+
+def block(t: torch.Tensor, axis: int, comm) -> torch.Tensor:
+    """This rank's block of `t` along `axis` (rank k holds the k-th of size() blocks)."""
+    return t.chunk(comm.size(), axis)[comm.rank()].contiguous()
+
+
+def sharded_input(fd, ndim, mesh, axis, dtype=F32, split=True):
+    t = fd.define_tensor(shape=[-1] * ndim, contiguity=[True] * ndim, dtype=dtype)
+    t.set_device_mesh(mesh)
+    if axis is not None:
+        if split:  # nvFuser's way: [n] -> [d, n/d], the outer part over the mesh
+            t.outer_split(axis, mesh.size)
+        t.axis(axis).parallelize(ParallelType.mesh_x)
+    return t
+
+
+def program(fd) -> str:
+    return str(fd._entry.last_runner.program)
+
+
+def comms(fd) -> list[str]:
+    return re.findall(r"Communication \d+ \(type=(\w+)", program(fd))
+
+
+def test_pointwise_on_blocks_needs_no_communication(comm, mesh, seed):
+    d = comm.size()
+    full = torch.randn(4 * d, 6, device=comm.device)
+    with FusionDefinition() as fd:
+        x = sharded_input(fd, 2, mesh, 0)
+        y = fd.ops.relu(fd.ops.mul(x, 2.0))
+        fd.add_output(y)
+    (out,) = fd.execute([block(full, 0, comm)])
+    assert_close(out, block((full * 2).relu(), 0, comm))
+    assert comms(fd) == []
+
+
+@pytest.mark.parametrize("op,torch_op", [("sum", torch.sum), ("max", torch.amax), ("min", torch.amin)])
+def test_reduction_over_the_sharded_axis_is_a_local_reduction_and_an_allreduce(comm, mesh, seed, op, torch_op):
+    d = comm.size()
+    full = torch.randn(3 * d, 5, device=comm.device)
+    with FusionDefinition() as fd:
+        x = sharded_input(fd, 2, mesh, 0)
+        fd.add_output(getattr(fd.ops, op)(fd.ops.mul(x, x), [0]))
+    (out,) = fd.execute([block(full, 0, comm)])
+    assert_close(out, torch_op(full * full, 0))
+    assert comms(fd) == ["Allreduce"]
+
+
+def test_integer_sum_over_the_sharded_axis(comm, mesh, seed):
+    d = comm.size()
+    full = torch.randint(-50, 50, (2 * d, 7 * d), device=comm.device)
+    with FusionDefinition() as fd:
+        x = sharded_input(fd, 2, mesh, 1, dtype=DataType.Int)
+        fd.add_output(fd.ops.sum(x, [1]))
+    (out,) = fd.execute([block(full, 1, comm)])
+    assert torch.equal(out, full.sum(1))
+
+
+@pytest.mark.parametrize("axis", [0, 1])
+def test_a_replicated_output_of_a_sharded_tensor_is_allgathered(comm, mesh, seed, axis):
+    d = comm.size()
+    full = torch.randn(2 * d, 3 * d, device=comm.device)
+    with FusionDefinition() as fd:
+        x = sharded_input(fd, 2, mesh, axis)
+        y = fd.ops.exp(x)
+        fd.add_output(y)
+        y.set_device_mesh(mesh)
+    (out,) = fd.execute([block(full, axis, comm)])
+    assert out.shape == full.shape
+    assert_close(out, full.exp())
+    assert comms(fd) == ["Allgather"]
+
+
+def test_resharding_from_one_axis_to_another_is_an_all_to_all(comm, mesh, seed):
+    d = comm.size()
+    full = torch.randn(2 * d, 3 * d, 5, device=comm.device)
+    with FusionDefinition() as fd:
+        x = sharded_input(fd, 3, mesh, 0)
+        y = fd.ops.neg(x)
+        fd.add_output(y)
+        y.set_device_mesh(mesh)
+        y.outer_split(1, d)
+        y.axis(1).parallelize(ParallelType.mesh_x)
+    (out,) = fd.execute([block(full, 0, comm)])
+    assert_close(out, block(-full, 1, comm))
+    assert comms(fd) == ["AllToAll"]
+
+
+def test_a_replicated_operand_of_sharded_work_is_sliced_locally(comm, mesh, seed):
+    d = comm.size()
+    full, bias = torch.randn(2 * d, 4, device=comm.device), torch.randn(2 * d, 4, device=comm.device)
+    with FusionDefinition() as fd:
+        x = sharded_input(fd, 2, mesh, 0)
+        b = sharded_input(fd, 2, mesh, None)
+        fd.add_output(fd.ops.add(x, b))
+    (out,) = fd.execute([block(full, 0, comm), bias])
+    assert_close(out, block(full + bias, 0, comm))
+    assert comms(fd) == ["LocalSlice"]
+
+
+def test_row_parallel_linear_with_bias_adds_the_bias_once(comm, mesh, seed):
+    d = comm.size()
+    x, w, b = (torch.randn(5, 4 * d, device=comm.device), torch.randn(6, 4 * d, device=comm.device),
+               torch.randn(6, device=comm.device))
+    with FusionDefinition() as fd:
+        xt = sharded_input(fd, 2, mesh, 1)
+        wt = sharded_input(fd, 2, mesh, 1)
+        bt = sharded_input(fd, 1, mesh, None)
+        fd.add_output(fd.ops.linear(xt, wt, bt))
+    (out,) = fd.execute([block(x, 1, comm), block(w, 1, comm), b])
+    assert_close(out, torch.nn.functional.linear(x, w, b))
+    assert comms(fd) == ["Allreduce"]
+
+
+def test_row_parallel_linear_into_a_sharded_output_is_a_reduce_scatter(comm, mesh, seed):
+    d = comm.size()
+    x, w = torch.randn(2 * d, 4 * d, device=comm.device), torch.randn(6, 4 * d, device=comm.device)
+    with FusionDefinition() as fd:
+        xt = sharded_input(fd, 2, mesh, 1)
+        wt = sharded_input(fd, 2, mesh, 1)
+        y = fd.ops.linear(xt, wt)
+        fd.add_output(y)
+        y.set_device_mesh(mesh)
+        y.outer_split(0, d)
+        y.axis(0).parallelize(ParallelType.mesh_x)
+    (out,) = fd.execute([block(x, 1, comm), block(w, 1, comm)])
+    assert_close(out, block(torch.nn.functional.linear(x, w), 0, comm))
+    assert comms(fd) == ["ReduceScatter"]
+
+
+def test_column_parallel_linear_slices_the_bias_and_keeps_the_output_sharded(comm, mesh, seed):
+    d = comm.size()
+    x, w, b = (torch.randn(5, 6, device=comm.device), torch.randn(4 * d, 6, device=comm.device),
+               torch.randn(4 * d, device=comm.device))
+    with FusionDefinition() as fd:
+        xt = sharded_input(fd, 2, mesh, None)
+        wt = sharded_input(fd, 2, mesh, 0)
+        bt = sharded_input(fd, 1, mesh, None)
+        fd.add_output(fd.ops.relu(fd.ops.linear(xt, wt, bt)))
+    (out,) = fd.execute([x, block(w, 0, comm), b])
+    assert_close(out, block(torch.nn.functional.linear(x, w, b).relu(), 1, comm))
+    assert comms(fd) == ["LocalSlice"]
+
+
+@pytest.mark.parametrize("case", ["rows", "batch", "columns"])
+def test_matmul_keeps_a_sharded_row_batch_or_column_axis(comm, mesh, seed, case):
+    d = comm.size()
+    a, b = torch.randn(2 * d, 3 * d, 4, device=comm.device), torch.randn(2 * d, 4, 5 * d, device=comm.device)
+    with FusionDefinition() as fd:
+        at = sharded_input(fd, 3, mesh, {"rows": 1, "batch": 0, "columns": None}[case])
+        bt = sharded_input(fd, 3, mesh, {"rows": None, "batch": 0, "columns": 2}[case])
+        fd.add_output(fd.ops.matmul(at, bt))
+    ins = {"rows": [block(a, 1, comm), b], "batch": [block(a, 0, comm), block(b, 0, comm)],
+           "columns": [a, block(b, 2, comm)]}[case]
+    (out,) = fd.execute(ins)
+    axis = {"rows": 1, "batch": 0, "columns": 2}[case]
+    assert_close(out, block(a @ b, axis, comm))
+    assert comms(fd) == []
+
+
+def test_a_tensor_placed_with_a_mesh_x_axis_of_the_mesh_size(comm, mesh, seed):
+    """nvFuser's older form: the sharded axis has one entry per device (no split)."""
+    d = comm.size()
+    full = torch.randn(d, 3, 4, device=comm.device)
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[d, 3, 4], contiguity=[True] * 3, dtype=F32)
+        fd.sched._set_device_mesh(x, mesh)
+        fd.sched.parallelize(x, 0, ParallelType.mesh_x)
+        y = fd.ops.sum(fd.ops.add(x, x), [0])
+        fd.add_output(y)
+    (out,) = fd.execute([block(full, 0, comm)])
+    assert_close(out, (full + full).sum(0))
+
+
+def test_the_host_program_prints_its_communications(comm, mesh, seed, monkeypatch, capsys):
+    d = comm.size()
+    monkeypatch.setenv("FUSER_DUMP", "host_ir")
+    with FusionDefinition() as fd:
+        x = sharded_input(fd, 2, mesh, 0)
+        fd.add_output(fd.ops.sum(x, [0]))
+    fd.execute([torch.randn(2, 3, device=comm.device)])
+    text = capsys.readouterr().err
+    team = " ".join(map(str, range(d)))
+    assert re.search(rf"= Communication 0 \(type=Allreduce, team=\({team}\), input=T\d+_g_float\[rS\d+\{{i0\}}, "
+                     r"iS\d+\{i1\}\], op=sum\)\n  Wait Communication 0\n", text), text
+
+
+def test_every_rank_raises_when_one_rank_passes_a_bad_input(comm, mesh, seed):
+    with FusionDefinition() as fd:
+        x = sharded_input(fd, 2, mesh, 0)
+        fd.add_output(fd.ops.sum(x, [0]))
+    bad = torch.randn(2, 3, 4, device=comm.device) if comm.rank() == 1 else torch.randn(2, 3, device=comm.device)
+    if comm.rank() == 1:
+        with pytest.raises(Exception, match=r"on rank 1; the other ranks stop too"):
+            fd.execute([bad])
+    else:
+        with pytest.raises(RuntimeError, match=r"rank 1 failed before its communications"):
+            fd.execute([bad])
+
+
+def test_ranks_whose_blocks_differ_in_shape_all_raise(comm, mesh, seed):
+    with FusionDefinition() as fd:
+        x = sharded_input(fd, 2, mesh, 0)
+        fd.add_output(fd.ops.sum(x, [0]))
+    x = torch.randn(2 + comm.rank(), 3, device=comm.device)
+    with pytest.raises(ValueError, match=r"inputs differ in shape or dtype \(rank 0 and rank 1 disagree\)"):
+        fd.execute([x])
+
+
+def test_placement_errors_name_the_argument(comm, mesh):
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=F32)
+        with pytest.raises(Exception, match="has no device mesh; call set_device_mesh"):
+            x.axis(0).parallelize(ParallelType.mesh_x)
+        x.set_device_mesh(mesh)
+        x.inner_split(0, comm.size())
+        with pytest.raises(NotImplementedError, match="cyclic sharding"):
+            x.axis(1).parallelize(ParallelType.mesh_x)
+        with pytest.raises(Exception, match=r"factor=0 must be a positive int"):
+            x.outer_split(0, 0)
+        with pytest.raises(Exception, match=r"mesh=\'x\' is not a DeviceMesh"):
+            x.set_device_mesh("x")
+        fd.add_output(x)
+    with pytest.raises(ValueError, match=r"distinct non-negative ids"):
+        DeviceMesh([0, 0])
+
+
+def test_a_fixed_sharded_extent_that_the_mesh_does_not_divide_is_refused(comm, mesh):
+    d = comm.size()
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[2 * d + 1, 3], contiguity=[True, True], dtype=F32)
+        x.set_device_mesh(mesh)
+        x.axis(0).parallelize(ParallelType.mesh_x)
+        fd.add_output(fd.ops.neg(x))
+    with pytest.raises(ValueError, match=rf"axis 0 of extent {2 * d + 1} is sharded over {d} devices"):
+        fd.execute([torch.randn(2, 3, device=comm.device)])
