@@ -107,7 +107,7 @@ def mlp(comm: Communicator, T: int, H: int, iters: int) -> dict[str, float]:
     return got
 
 
-def overlap(comm: Communicator, T: int, K: int, N: int, chunks: int, iters: int) -> dict[str, float]:
+def overlap(comm: Communicator, T: int, K: int, N: int, chunks: int, iters: int, trace: bool = False) -> dict[str, float]:
     """A row-parallel linear [T, K] x [N, K] (K sharded) and its allreduce: without a
     stream axis, and pipelined over `chunks` chunks of rows."""
     d, dev, dt = comm.size(), comm.device, torch.bfloat16
@@ -149,7 +149,47 @@ def overlap(comm: Communicator, T: int, K: int, N: int, chunks: int, iters: int)
             fn = {"pipelined": lambda: piped.execute([lx, lw]), "not pipelined": lambda: flat.execute([lx, lw]),
                   "eager": eager}[name]
             got[name].append(_time(fn, iters, rounds=3))
-    return {k: statistics.median(v) for k, v in got.items()}
+    med = {k: statistics.median(v) for k, v in got.items()}
+    if trace and comm.rank() == 0:
+        _trace(lambda: piped.execute([lx, lw]), f"pipelined, {chunks} chunks")
+    for name, fn in (("pipelined", lambda: piped.execute([lx, lw])), ("not pipelined", lambda: flat.execute([lx, lw]))):
+        med[name + " host"] = _issue_ms(fn)
+    return med
+
+
+def _trace(fn: Callable[[], object], what: str) -> None:
+    """Print one call's GPU kernels in start order: stream, start and length (µs)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    kernels = [e for e in prof.events() if e.device_type.name == "CUDA"]
+    if not kernels:
+        return
+    t0 = min(e.time_range.start for e in kernels)
+    print(f"\ntrace of one call ({what}):")
+    for e in sorted(kernels, key=lambda e: e.time_range.start):
+        print(f"  stream {getattr(e, 'device_resource_id', '?')!s:>4} {e.time_range.start - t0:9.1f} "
+              f"{e.time_range.elapsed_us():8.1f}  {e.name[:70]}")
+
+
+def _issue_ms(fn: Callable[[], object], calls: int = 10) -> float:
+    """The host's time to issue one call on an idle GPU (ms, median; the slowest rank's)."""
+    import time
+
+    got = []
+    for _ in range(calls):
+        torch.cuda.synchronize()
+        dist.barrier()
+        t0 = time.perf_counter()
+        fn()
+        got.append((time.perf_counter() - t0) * 1e3)
+    torch.cuda.synchronize()
+    t = torch.tensor([statistics.median(got)], device="cuda")
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return float(t)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -158,14 +198,17 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--hidden", type=int, default=4096)
     p.add_argument("--iters", type=int, default=10)
     p.add_argument("--quick", action="store_true", help="small shapes (a smoke run)")
+    p.add_argument("--only", choices=("mlp", "overlap"), help="one of the two tables")
+    p.add_argument("--trace", action="store_true", help="print one pipelined call's GPU kernels (rank 0)")
     a = p.parse_args(argv)
     comm = Communicator.instance()
     if comm.backend != "nccl":
         raise SystemExit("the tensor-parallel benchmarks need GPUs (NCCL): start them with torchrun on a GPU host")
     T, H = (512, 256) if a.quick else (a.tokens, a.hidden)
-    m = mlp(comm, T, H, a.iters)
-    rows = [overlap(comm, T, H * 4 if not a.quick else 1024, H, c, a.iters) for c in (2, 4, 8)]
-    if comm.rank() == 0:
+    m = mlp(comm, T, H, a.iters) if a.only != "overlap" else None
+    rows = [overlap(comm, T, H * 4 if not a.quick else 1024, H, c, a.iters, a.trace and c == 4) for c in (2, 4, 8)
+            ] if a.only != "mlp" else []
+    if comm.rank() == 0 and m is not None:
         name = torch.cuda.get_device_name()
         print(f"\ntensor-parallel MLP on {comm.size()} x {name}, bf16, tokens {T}, hidden {H} (ms per call, "
               "slowest rank)")
@@ -174,13 +217,16 @@ def main(argv: list[str] | None = None) -> None:
         print(f"| forward | {m['fuser fwd']:.3f} | {m['eager fwd']:.3f} | {m['fuser fwd, 1 GPU']:.3f} | "
               f"{m['eager fwd, 1 GPU']:.3f} |")
         print(f"| backward | {m['fuser bwd']:.3f} | {m['eager bwd']:.3f} | {m['fuser bwd, 1 GPU']:.3f} | — |")
+    if comm.rank() == 0 and rows:
+        name = torch.cuda.get_device_name()
         K = H * 4 if not a.quick else 1024
         print(f"\nrow-parallel linear [{T}, {K}] x [{H}, {K}]^T + allreduce on {comm.size()} x {name} (ms per call)")
-        print("| chunks | pipelined (stream axis) | not pipelined | eager linear + all_reduce | pipelined / not |")
-        print("|---|---|---|---|---|")
+        print("| chunks | pipelined (stream axis) | not pipelined | eager linear + all_reduce | pipelined / not | "
+              "host issue: pipelined | not pipelined |")
+        print("|---|---|---|---|---|---|---|")
         for c, r in zip((2, 4, 8), rows):
             print(f"| {c} | {r['pipelined']:.3f} | {r['not pipelined']:.3f} | {r['eager']:.3f} | "
-                  f"{r['pipelined'] / r['not pipelined']:.2f} |")
+                  f"{r['pipelined'] / r['not pipelined']:.2f} | {r['pipelined host']:.3f} | {r['not pipelined host']:.3f} |")
 
 
 if __name__ == "__main__":

@@ -105,7 +105,8 @@ def attention_forward(mesh: Any, dtype: DataType = DataType.BFloat16, causal: bo
         xb = fd.ops.broadcast(x, [False, True, False, False])
         q, k, v = (fd.ops.matmul(xb, w) for w in (wq, wk, wv))
         o, lse, seed, offset = fd.ops.sdpfa_fwd(q, k, v, fd.define_scalar(0.0), fd.define_scalar(causal), None)
-        y = fd.ops.cast(fd.ops.sum(fd.ops.matmul(o, wo), [1]), dtype)
+        # the sum over heads (each device's, then the allreduce) in float, as the reference
+        y = fd.ops.cast(fd.ops.sum(fd.ops.cast(fd.ops.matmul(o, wo), DataType.Float), [1]), dtype)
         for t in (y, q, k, v, o, lse):
             fd.add_output(t)
         _place(x, mesh, None)
@@ -133,8 +134,8 @@ def attention_backward(mesh: Any, dtype: DataType = DataType.BFloat16, causal: b
         xt = fd.ops.permute(fd.ops.broadcast(x, [False, True, False, False]), [0, 1, 3, 2])
         grads_w = [fd.ops.cast(fd.ops.sum(fd.ops.matmul(xt, g), [0]), dtype) for g in (gq, gk, gv)]
         gx = None
-        for g, w in ((gq, wq), (gk, wk), (gv, wv)):
-            part = fd.ops.matmul(g, fd.ops.permute(w, [0, 2, 1]))
+        for g, w in ((gq, wq), (gk, wk), (gv, wv)):  # summed in float, over heads and devices
+            part = fd.ops.cast(fd.ops.matmul(g, fd.ops.permute(w, [0, 2, 1])), DataType.Float)
             gx = part if gx is None else fd.ops.add(gx, part)
         grad_x = fd.ops.cast(fd.ops.sum(gx, [1]), dtype)
         fd.add_output(grad_x)
