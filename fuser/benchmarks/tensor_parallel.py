@@ -150,23 +150,25 @@ def overlap(comm: Communicator, T: int, K: int, N: int, chunks: int, iters: int,
                   "eager": eager}[name]
             got[name].append(_time(fn, iters, rounds=3))
     med = {k: statistics.median(v) for k, v in got.items()}
-    if trace and comm.rank() == 0:
-        _trace(lambda: piped.execute([lx, lw]), f"pipelined, {chunks} chunks")
+    if trace:  # every rank runs the call (it communicates); rank 0 prints
+        _trace(lambda: piped.execute([lx, lw]), f"pipelined, {chunks} chunks", comm.rank() == 0)
     for name, fn in (("pipelined", lambda: piped.execute([lx, lw])), ("not pipelined", lambda: flat.execute([lx, lw]))):
         med[name + " host"] = _issue_ms(fn)
     return med
 
 
-def _trace(fn: Callable[[], object], what: str) -> None:
-    """Print one call's GPU kernels in start order: stream, start and length (µs)."""
+def _trace(fn: Callable[[], object], what: str, show: bool) -> None:
+    """Print (with `show`) one call's GPU kernels in start order: stream, start and length (µs)."""
     from torch.profiler import ProfilerActivity, profile
 
     torch.cuda.synchronize()
+    dist.barrier()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         fn()
         torch.cuda.synchronize()
+    dist.barrier()
     kernels = [e for e in prof.events() if e.device_type.name == "CUDA"]
-    if not kernels:
+    if not kernels or not show:
         return
     t0 = min(e.time_range.start for e in kernels)
     print(f"\ntrace of one call ({what}):")

@@ -19,7 +19,19 @@ from .ir import Communication
 #: torch.distributed's reduce op per partial kind
 _REDUCE = {"sum": "SUM", "max": "MAX", "min": "MIN"}
 #: groups made for teams that are not the whole world (team -> group)
-_GROUPS: dict[tuple[int, ...], Any] = {}
+_GROUPS: dict[tuple[int, ...], tuple[Any, bool]] = {}
+
+
+class _What:
+    """A communication's name for messages, rendered only when one is written."""
+
+    __slots__ = ("c",)
+
+    def __init__(self, c: Communication) -> None:
+        self.c = c
+
+    def __str__(self) -> str:
+        return f"Communication {self.c.number} ({self.c.kind} of {val_str(self.c.inp)})"
 
 
 class Pending:
@@ -27,7 +39,7 @@ class Pending:
 
     __slots__ = ("work", "finish", "what", "dest")
 
-    def __init__(self, work: Any, finish: Callable[[], torch.Tensor], what: str = "") -> None:
+    def __init__(self, work: Any, finish: Callable[[], torch.Tensor], what: Any = "") -> None:
         self.work = work
         self.finish = finish
         self.what = what
@@ -43,15 +55,16 @@ class Pending:
         return self.finish()
 
 
-def _group(team: tuple[int, ...]) -> Any:
-    import torch.distributed as dist
+def _group(team: tuple[int, ...]) -> tuple[Any, bool]:
+    """(the process group of `team`, whether it is gloo's), made once per team."""
+    got = _GROUPS.get(team)
+    if got is None:
+        import torch.distributed as dist
 
-    if len(team) == dist.get_world_size() and list(team) == list(range(len(team))):
-        return None  # the default group
-    g = _GROUPS.get(team)
-    if g is None:
-        g = _GROUPS[team] = dist.new_group(list(team))
-    return g
+        whole = len(team) == dist.get_world_size() and list(team) == list(range(len(team)))
+        g = None if whole else dist.new_group(list(team))  # None: the default group
+        got = _GROUPS[team] = (g, dist.get_backend(g) == "gloo")
+    return got
 
 
 def _position(team: tuple[int, ...]) -> int:
@@ -92,9 +105,8 @@ def start(c: Communication, x: torch.Tensor, dest: Any = None) -> Pending:
     import torch.distributed as dist
 
     team, d = c.team, len(c.team)
-    group = _group(team)
-    gloo = dist.get_backend(group) == "gloo"
-    what = f"Communication {c.number} ({c.kind} of {val_str(c.inp)})"
+    group, gloo = _group(team)
+    what = _What(c)
     if c.kind == "local_slice":
         n = x.shape[c.out_axis]
         b = _block(n, d, what)

@@ -7,7 +7,17 @@ import torch
 
 from fuser import DataType
 from fuser.examples import tensor_parallel as tp
-from fuser.runtime.tolerance import assert_close
+from fuser.runtime.tolerance import assert_close as _assert_close
+
+
+def assert_close(got, want):
+    """Within 2% of the reference's largest magnitude (or dtype-aware, in float32): a bf16
+    layer's elements near zero come from cancelling products, whose rounding the sharded
+    and the single-device sums differ in; a wrong block or a missing sum is off by O(1)."""
+    if got.dtype == torch.float32:
+        _assert_close(got, want)
+    else:
+        _assert_close(got, want, rtol=2e-2, atol=2e-2 * float(want.abs().max()))
 
 
 def block(t, axis, comm):
