@@ -336,6 +336,8 @@ class HostIrEvaluator:
             for b in e.body:
                 handlers[type(b)](b, state)
         env.pop(e.index, None)
+        if e.is_join and state.deferred:
+            self._finish_deferred(state)
 
     def _graphed_loop(self, g: LoopGraphs, state: "_State") -> None:
         """A stream loop and its join: replayed from a CUDA graph where one was captured
@@ -420,11 +422,26 @@ class HostIrEvaluator:
     def _wait(self, e: Any, state: "_State") -> None:
         env = state.env
         pending = env[e.out]
+        if getattr(e, "deferred", False):
+            state.deferred.append(pending)  # finished on the caller's stream at the join
+            return
+        self._finish(pending, e, state)
+
+    def _finish_deferred(self, state: "_State") -> None:
+        """At a stream loop's join (the caller's stream current): wait for the
+        communications the iterations left running and put their results in place."""
+        got, state.deferred = state.deferred, []
+        for pending in got:
+            self._finish(pending, None, state)
+
+    def _finish(self, pending: Any, e: Any, state: "_State") -> None:
+        env = state.env
         got = pending.result()
         if isinstance(pending.dest, torch.Tensor) and pending.dest is not got:
             pending.dest.copy_(got)
             got = pending.dest
-        env[e.out] = got
+        if e is not None:
+            env[e.out] = got
 
     def _select(self, e: HirAliasSelect, state: "_State") -> None:
         env = state.env
@@ -434,7 +451,7 @@ class HostIrEvaluator:
 class _State:
     """One execution's values, reference executor, random-number draw and streams."""
 
-    __slots__ = ("env", "ref", "drawn", "streams", "raw", "current", "marks")
+    __slots__ = ("env", "ref", "drawn", "streams", "raw", "current", "marks", "deferred")
 
     def __init__(self, env: dict, ref: ReferenceExecutor, drawn: Any) -> None:
         self.env = env
@@ -448,6 +465,8 @@ class _State:
         self.marks: dict[int, Any] = {}
         #: inputs as given where `env` holds the reference executor's view of them
         self.raw: dict[Val, Any] = {}
+        #: communications a stream loop's iterations started and its join waits for
+        self.deferred: list[Any] = []
 
     @staticmethod
     def worker(i: int, device: torch.device) -> Any:

@@ -257,13 +257,16 @@ class Wait(HostExpr):
 
     number: int
     out: TensorView
+    #: in a stream loop, where nothing in the iteration reads the result: the caller's
+    #: stream waits at the loop's join, so the worker goes on to its next chunk's work
+    deferred: bool = False
 
     @property
     def outputs(self) -> tuple[Val, ...]:  # type: ignore[override]
         return ()
 
     def text(self, indent: str) -> str:
-        return f"{indent}Wait Communication {self.number}\n"
+        return f"{indent}Wait Communication {self.number}{' (at the join)' if self.deferred else ''}\n"
 
 
 @dataclass(frozen=True, eq=False)

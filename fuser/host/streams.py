@@ -215,10 +215,11 @@ def _loop(run: list[HostExpr], exact: ExactMap, fusion: Fusion, number: int) -> 
         return s, k
 
     current: HostExpr | None = None
-    for e in run:
+    for k, e in enumerate(run):
         current = e
         if isinstance(e, Wait):
-            body.append(Wait(e.number, sliced(e.out)[0]))  # type: ignore[arg-type]
+            read_later = any(e.out in later.inputs for later in run[k + 1:])
+            body.append(Wait(e.number, sliced(e.out)[0], deferred=not read_later))  # type: ignore[arg-type]
             continue
         ins = [sliced(v) for v in e.inputs]
         outs = [sliced(v) for v in e.outputs]

@@ -45,7 +45,8 @@ def test_row_parallel_linear_pipelines_each_chunk_with_its_allreduce(comm, mesh,
         assert_close(out, torch.nn.functional.linear(x, w))
         out.fill_(float("nan"))
     body = _loop_body(fd)
-    assert "linear(" in body and "type=Allreduce" in body and "Wait Communication 0" in body, body
+    # nothing in the iteration reads the sum: the worker goes on, the caller waits at the join
+    assert "linear(" in body and "type=Allreduce" in body and "Wait Communication 0 (at the join)" in body, body
 
 
 def test_row_parallel_linear_into_sequence_shards_pipelines_reduce_scatters(comm, mesh, seed):
@@ -83,4 +84,5 @@ def test_column_parallel_linear_pipelines_the_allgather_of_sequence_shards(comm,
     (out,) = fd.execute([block(x, 1, comm), block(w, 0, comm)])
     assert_close(out, block(torch.nn.functional.linear(x, w), 2, comm))
     body = _loop_body(fd)
-    assert body.index("type=Allgather") < body.index("linear("), body
+    # the chunk's linear reads the gathered rows: its worker waits for them
+    assert body.index("type=Allgather") < body.index("Wait Communication 0\n") < body.index("linear("), body
