@@ -28,10 +28,9 @@ def _loop_body(fd) -> str:
     return body.group(1)
 
 
-def test_row_parallel_linear_pipelines_each_chunk_with_its_allreduce(comm, mesh, seed):
-    d = comm.size()
-    C, T, K, N = 4, 3, 4 * d, 5
-    x, w = torch.randn(C, T, K, device=comm.device), torch.randn(N, K, device=comm.device)
+def _row_parallel(mesh, out_axis=None):
+    """linear(x [C, T, K], w [N, K]) with K sharded, over C on streams; the output replicated
+    (an allreduce per chunk) or sharded on `out_axis` (a reduce-scatter per chunk)."""
     with FusionDefinition() as fd:
         xt = fd.define_tensor(shape=[-1, -1, -1], contiguity=[True] * 3, dtype=DataType.Float)
         wt = fd.define_tensor(shape=[-1, -1], contiguity=[True] * 2, dtype=DataType.Float)
@@ -39,7 +38,17 @@ def test_row_parallel_linear_pipelines_each_chunk_with_its_allreduce(comm, mesh,
         fd.add_output(y)
         _shard(xt, mesh, 2)
         _shard(wt, mesh, 1)
+        if out_axis is not None:
+            _shard(y, mesh, out_axis)
         y.axis(0).parallelize(ParallelType.stream)
+    return fd
+
+
+def test_row_parallel_linear_pipelines_each_chunk_with_its_allreduce(comm, mesh, seed):
+    d = comm.size()
+    C, T, K, N = 4, 3, 4 * d, 5
+    x, w = torch.randn(C, T, K, device=comm.device), torch.randn(N, K, device=comm.device)
+    fd = _row_parallel(mesh)
     for _ in range(2):
         (out,) = fd.execute([block(x, 2, comm), block(w, 1, comm)])
         assert_close(out, torch.nn.functional.linear(x, w))
@@ -53,15 +62,7 @@ def test_row_parallel_linear_into_sequence_shards_pipelines_reduce_scatters(comm
     d = comm.size()
     C, T, K, N = 3, 2 * d, 2 * d, 6
     x, w = torch.randn(C, T, K, device=comm.device), torch.randn(N, K, device=comm.device)
-    with FusionDefinition() as fd:
-        xt = fd.define_tensor(shape=[-1, -1, -1], contiguity=[True] * 3, dtype=DataType.Float)
-        wt = fd.define_tensor(shape=[-1, -1], contiguity=[True] * 2, dtype=DataType.Float)
-        y = fd.ops.linear(xt, wt)
-        fd.add_output(y)
-        _shard(xt, mesh, 2)
-        _shard(wt, mesh, 1)
-        _shard(y, mesh, 1)
-        y.axis(0).parallelize(ParallelType.stream)
+    fd = _row_parallel(mesh, out_axis=1)
     (out,) = fd.execute([block(x, 2, comm), block(w, 1, comm)])
     assert_close(out, block(torch.nn.functional.linear(x, w), 1, comm))
     assert "type=ReduceScatter" in _loop_body(fd)
