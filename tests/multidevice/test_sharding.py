@@ -250,3 +250,29 @@ def test_a_fixed_sharded_extent_that_the_mesh_does_not_divide_is_refused(comm, m
         fd.add_output(fd.ops.neg(x))
     with pytest.raises(ValueError, match=rf"axis 0 of extent {2 * d + 1} is sharded over {d} devices"):
         fd.execute([torch.randn(2, 3, device=comm.device)])
+
+
+def test_a_collective_that_times_out_names_its_communication(comm, mesh, monkeypatch):
+    """Rank 1 never joins the allreduce; rank 0's wait times out and says which
+    communication of the host program it was."""
+    if comm.backend != "gloo":
+        pytest.skip("a short-timeout group for the test is a gloo (CPU) group")
+    import datetime
+
+    import torch.distributed as dist
+
+    from fuser.host import communication
+
+    short = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=3))  # every rank makes it
+    monkeypatch.setattr(communication, "_group", lambda team: (short, True))
+    with FusionDefinition() as fd:
+        x = sharded_input(fd, 2, mesh, 0)
+        fd.add_output(fd.ops.sum(x, [0]))
+    x = torch.randn(2, 3)
+    if comm.rank() == 1:
+        monkeypatch.setattr(communication, "start", lambda c, t, dest=None: communication.Pending(None, lambda: t))
+        fd.execute([x])
+    else:
+        with pytest.raises(RuntimeError, match=r"Communication 0 \(allreduce of T\d+_g_float\[.*\]\) failed"):
+            fd.execute([x])
+    dist.barrier()
