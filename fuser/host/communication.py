@@ -61,10 +61,18 @@ def _group(team: tuple[int, ...]) -> tuple[Any, bool]:
     if got is None:
         import torch.distributed as dist
 
-        whole = len(team) == dist.get_world_size() and list(team) == list(range(len(team)))
-        g = None if whole else dist.new_group(list(team))  # None: the default group
+        whole = sorted(team) == list(range(dist.get_world_size()))
+        # None: the default group; a smaller team's group is made by its members alone (the
+        # others never reach this communication)
+        g = None if whole else dist.new_group(sorted(team), use_local_synchronization=True)
         got = _GROUPS[team] = (g, dist.get_backend(g) == "gloo")
     return got
+
+
+def _rank() -> int:
+    import torch.distributed as dist
+
+    return dist.get_rank()
 
 
 def _position(team: tuple[int, ...]) -> int:
@@ -99,9 +107,10 @@ def _into(dest: Any, shape: tuple, like: torch.Tensor) -> torch.Tensor:
     return like.new_empty(shape)
 
 
-def start(c: Communication, x: torch.Tensor, dest: Any = None) -> Pending:
-    """Start communication `c` on its input `x` (this device's block or partial value);
-    `dest`: where its result must end up (written directly where the layout allows)."""
+def start(c: Communication, x: torch.Tensor | None, dest: Any = None) -> Pending:
+    """Start communication `c` on its input `x` (this device's block or partial value;
+    None on a device receiving a tensor it does not hold); `dest`: where its result must
+    end up (written directly where the layout allows; a receiver's buffer)."""
     import torch.distributed as dist
 
     team, d = c.team, len(c.team)
@@ -112,6 +121,15 @@ def start(c: Communication, x: torch.Tensor, dest: Any = None) -> Pending:
         b = _block(n, d, what)
         got = x.narrow(c.out_axis, _position(team) * b, b)
         return Pending(None, lambda: got)
+    if c.kind == "send_recv":
+        src, dst = c.root, next(r for r in team if r != c.root)
+        if _rank() == src:
+            return Pending(dist.isend(x.contiguous(), dst), lambda: None, what)
+        buf = dest if dest.is_contiguous() else torch.empty_like(dest, memory_format=torch.contiguous_format)
+        return Pending(dist.irecv(buf, src), lambda: buf, what)
+    if c.kind == "broadcast":
+        buf = x.contiguous() if _rank() == c.root else dest
+        return Pending(dist.broadcast(buf, c.root, group=group, async_op=True), lambda: buf, what)
     if c.kind == "allreduce":
         buf = x.contiguous()
         work = dist.all_reduce(buf, op=getattr(dist.ReduceOp, _REDUCE[c.op]), group=group, async_op=True)

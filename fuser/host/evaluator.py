@@ -211,6 +211,8 @@ class HostIrEvaluator:
             return got
         if isinstance(v, Scalar):  # host arithmetic on scalars: no segment computes it
             return state.ref.value(v)
+        if v in self.program.absent:  # held by another mesh's devices
+            return torch.empty(0, dtype=v.dtype.torch, device=self.device)
         raise RuntimeError(f"no segment produced the fusion output {v!r}")
 
     # --- expressions -----------------------------------------------------------------
@@ -413,7 +415,7 @@ class HostIrEvaluator:
         env = state.env
         # a stream loop's chunk of a whole output allocated before the loop
         dest = env.get(e.out)
-        pending = start(e, env[e.inp], dest)
+        pending = start(e, env.get(e.inp), dest)  # (a receiver does not hold the input)
         pending.dest = dest
         env[e.out] = pending  # until its Wait
         if e.kind == "local_slice":

@@ -231,6 +231,8 @@ class Communication(HostExpr):
     axis: int | None = None
     out_axis: int | None = None
     op: str | None = None
+    #: the device that holds the tensor before a send/recv or a broadcast
+    root: int | None = None
 
     @property
     def inputs(self) -> tuple[Val, ...]:  # type: ignore[override]
@@ -242,13 +244,14 @@ class Communication(HostExpr):
 
     def text(self, indent: str) -> str:
         detail = "".join(f", {k}={v}" for k, v in (("axis", self.axis), ("out_axis", self.out_axis),
-                                                   ("op", self.op)) if v is not None)
+                                                   ("op", self.op), ("root", self.root)) if v is not None)
         return (f"{indent}{val_str(self.out)} = Communication {self.number} (type={_KIND_NAMES[self.kind]}, "
                 f"team=({' '.join(map(str, self.team))}), input={val_str(self.inp)}{detail})\n")
 
 
 _KIND_NAMES = {"allgather": "Allgather", "allreduce": "Allreduce", "reduce_scatter": "ReduceScatter",
-               "all_to_all": "AllToAll", "local_slice": "LocalSlice"}
+               "all_to_all": "AllToAll", "local_slice": "LocalSlice", "send_recv": "SendRecv",
+               "broadcast": "Broadcast"}
 
 
 @dataclass(frozen=True, eq=False)
@@ -321,6 +324,9 @@ class HostIrContainer:
     #: hold (a whole tensor whose extent is a block's, or the reverse): tensor -> per
     #: logical axis (numerator, denominator)
     extent_scale: dict[Val, tuple[tuple[int, int], ...]] = field(default_factory=dict)
+    #: a sharded program's tensors this device does not hold (on a mesh without it): an
+    #: output among them comes back empty
+    absent: frozenset = frozenset()
 
     def with_exprs(self, exprs: Sequence[HostExpr]) -> "HostIrContainer":
         """The same program with other top-level expressions (what a pass returns)."""

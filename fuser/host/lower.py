@@ -59,26 +59,46 @@ def lower_segmented(seg: SegmentedFusion, aliases: dict[Val, Val] | None = None)
     return HostIrContainer(fusion, tuple(fusion.inputs), tuple(fusion.outputs), tuple(exprs), tuple(units), aliases)
 
 
-def lower_communications(program: HostIrContainer, sharded: Any) -> HostIrContainer:
-    """`program` with each resharding `set` of `sharded` (a ShardedFusion) as a
-    Communication and its Wait (or a local slice), numbered in program order."""
-    from .ir import Communication, Wait
+def lower_communications(program: HostIrContainer, sharded: Any, rank: int | None = None) -> HostIrContainer:
+    """`program` as device `rank` runs it (default: this process's rank): each resharding
+    `set` of `sharded` (a ShardedFusion) becomes a Communication and its Wait (or a local
+    slice), numbered in program order; the work of meshes without `rank`, and the
+    communications it takes no part in, are left out (their tensors are absent here)."""
+    from .ir import Allocate, Communication, Wait
 
+    if rank is None:
+        import torch.distributed as dist
+
+        rank = dist.get_rank() if dist.is_initialized() else 0
     out: list[HostExpr] = []
+    absent: set[Val] = set()
     number = 0
     for e in program.exprs:
         r = sharded.reshards.get(e.expr) if isinstance(e, Evaluate) else None
         if r is None:
-            out.append(e)
+            meshes = {s.mesh for s in map(sharded.of, e.outputs) if s is not None}
+            if meshes and not any(rank in m for m in meshes):
+                absent.update(e.outputs)  # another mesh's work
+            else:
+                out.append(e)
             continue
         inp, res = e.expr.inputs[0], e.expr.outputs[0]
-        c = Communication(number, r.kind, inp, res, tuple(r.src.mesh.devices), axis=r.src.axis,
-                          out_axis=r.dst.axis, op=r.src.partial)
-        out.append(c)
-        if r.is_communication:
-            out.append(Wait(number, res))
+        src, dst = r.src, r.dst
+        root = src.mesh.devices[0] if r.kind in ("send_recv", "broadcast") else None
+        team = tuple(dict.fromkeys([*src.mesh.devices, *dst.mesh.devices]))
+        if rank not in team:
+            absent.add(res)
+        else:
+            if rank not in dst.mesh:
+                absent.add(res)  # a sender: the tensor lives on the other mesh
+            elif root is not None and rank != root:
+                out.append(Allocate(res))  # a receiver: the buffer it receives into
+            out.append(Communication(number, r.kind, inp, res, team, axis=src.axis, out_axis=dst.axis,
+                                     op=src.partial, root=root))
+            if r.is_communication:
+                out.append(Wait(number, res))
         number += 1
-    return replace(program.with_exprs(out), extent_scale=_extent_scales(program, sharded))
+    return replace(program.with_exprs(out), extent_scale=_extent_scales(program, sharded), absent=frozenset(absent))
 
 
 def _extent_scales(program: HostIrContainer, sharded: Any) -> dict:
@@ -86,21 +106,20 @@ def _extent_scales(program: HostIrContainer, sharded: Any) -> dict:
     tensor has: an extent bound from a sharded input axis is a block's, and a whole tensor
     with that extent (an allgather's output, what it feeds) is `devices` times it; an
     extent bound from a whole input, on a tensor sharded along it, is divided."""
-    d = sharded.mesh.size
-    local: dict[Val, bool] = {}
+    # per extent bound from an input axis: how many blocks that input's axis is in
+    bound: dict[Val, int] = {}
     for v in program.inputs:
         s = sharded.of(v)
         if s is not None:
             for k, i in enumerate(v.logical_no_reductions()):  # type: ignore[union-attr]
                 if not i.is_broadcast and not i.extent.is_const:
-                    local.setdefault(i.extent, s.axis == k)
+                    bound.setdefault(i.extent, s.mesh.size if s.axis == k else 1)
     scales = {}
     for tv, s in sharded.shardings.items():
         axes = []
         for k, i in enumerate(tv.logical_no_reductions()):
-            bound = local.get(i.extent)
-            held = s.axis == k
-            axes.append((d, 1) if bound and not held else (1, d) if bound is False and held else (1, 1))
+            a, b = bound.get(i.extent, 1), (s.mesh.size if s.axis == k else 1)
+            axes.append((a, b) if i.extent in bound and a != b else (1, 1))
         if any(a != (1, 1) for a in axes):
             scales[tv] = tuple(axes)
     return scales

@@ -54,12 +54,18 @@ def _local_extents(g: SegmentedGroup, sharded: ShardedFusion) -> dict[Any, bool]
 def sharded_should_merge(sharded: ShardedFusion,
                          inner: Callable[[SegmentedGroup, SegmentedGroup], bool] | None = None):
     """The segmenter's predicate: a resharding never merges; two compute groups merge
-    unless one holds an axis as its local block where the other holds it whole (their
-    extents would be bound to two sizes); `inner` (stream loops) must agree too."""
+    when they run on the same mesh, unless one holds an axis as its local block where the
+    other holds it whole (their extents would be bound to two sizes); `inner` (stream
+    loops) must agree too."""
     reshards = sharded.reshards
+
+    def meshes(g: SegmentedGroup) -> set:
+        return {s.mesh for e in g.exprs for s in map(sharded.of, e.outputs) if s is not None}
 
     def should_merge(a: SegmentedGroup, b: SegmentedGroup) -> bool:
         if any(e in reshards for g in (a, b) for e in g.exprs):
+            return False
+        if meshes(a) != meshes(b):  # each runs on its own devices
             return False
         ea, eb = _local_extents(a, sharded), _local_extents(b, sharded)
         if any(eb.get(x, local) != local for x, local in ea.items()):

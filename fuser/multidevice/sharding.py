@@ -87,7 +87,9 @@ class ShardedFusion:
     fusion: Fusion
     shardings: dict[TensorView, Sharding] = field(default_factory=dict)
     reshards: dict[Expr, Reshard] = field(default_factory=dict)
+    #: the fusion's first mesh (where unplaced inputs are replicated), and every mesh in it
     mesh: DeviceMesh | None = None
+    meshes: set = field(default_factory=set)
 
     def of(self, tv: Val) -> Sharding | None:
         return self.shardings.get(tv) if isinstance(tv, TensorView) else None
@@ -111,13 +113,12 @@ def is_sharded(fusion: Fusion) -> bool:
 
 
 def fusion_mesh(fusion: Fusion) -> DeviceMesh:
-    """The one mesh `fusion`'s tensors are placed on."""
-    meshes = {tv.device_mesh for tv in fusion.tensors() if tv.device_mesh is not None}
-    if len(meshes) != 1:
-        raise NotImplementedError(
-            f"the fusion places tensors on {len(meshes)} different meshes ({', '.join(map(str, meshes))}): "
-            "one mesh per fusion is supported (pipelines across meshes are not yet)")
-    return meshes.pop()
+    """The mesh an unplaced input of `fusion` is replicated on: its first input's (else
+    first tensor's) mesh."""
+    placed = [v for v in (*fusion.inputs, *fusion.tensors()) if isinstance(v, TensorView) and v.device_mesh is not None]
+    if not placed:
+        raise ValueError("the fusion places no tensor on a DeviceMesh")
+    return placed[0].device_mesh
 
 
 def out_axis(expr: Expr, operand: TensorView, axis: int, out: TensorView | None = None) -> int | str | None:
@@ -189,7 +190,12 @@ def _partial_kind(expr: Expr) -> str:
 def reshard_kind(src: Sharding, dst: Sharding) -> str | None:
     """The communication taking a tensor from `src` to `dst` (None: none needed)."""
     if src.mesh != dst.mesh:
-        raise NotImplementedError(f"resharding from {src.mesh} to {dst.mesh}: one mesh per fusion is supported")
+        # pipeline stages: a whole tensor held by one device goes to another mesh
+        if not (src.replicated and dst.replicated and src.mesh.size == 1):
+            raise NotImplementedError(
+                f"moving a tensor {src} to {dst}: across meshes only a whole tensor held by one device moves "
+                "(send/recv to one device, broadcast to several)")
+        return "send_recv" if dst.mesh.size == 1 else "broadcast"
     if src.partial:
         if dst.partial:
             if dst.partial != src.partial:
@@ -222,6 +228,7 @@ class _Propagation:
         for tv in fusion.inputs:
             if isinstance(tv, TensorView):
                 sh[tv] = self.input_shardings.get(tv) or annotated(tv) or Sharding(self.mesh)
+                self.out.meshes.add(sh[tv].mesh)
         for expr in list(fusion.exprs()):
             if expr in self.out.reshards:
                 continue
@@ -229,7 +236,8 @@ class _Propagation:
         for k, o in enumerate(list(fusion.outputs)):
             s = sh.get(o) if isinstance(o, TensorView) else None
             if s is not None and s.partial and not self.keep_partial:
-                self._reshard_uses(o, Sharding(self.mesh))
+                self._reshard_uses(o, Sharding(s.mesh))
+        self.out.meshes = {s.mesh for s in sh.values()}
         self._localize_fixed_extents()
         # what each device runs is single-device work on its blocks: the marks go (the
         # table keeps the shardings), so no segment of the copy is sharded again
@@ -247,10 +255,10 @@ class _Propagation:
         from fuser.ir import Scalar
         from fuser.ir.base import fusion_guard
 
-        d = self.mesh.size
         for tv, s in self.out.shardings.items():
             if s.axis is None:
                 continue
+            d = s.mesh.size
             i = tv.logical_no_reductions()[s.axis]
             if not i.extent.is_const:
                 continue
@@ -269,9 +277,10 @@ class _Propagation:
         # a partial operand is combined before anything reads it
         for v in [v for v in expr.inputs if isinstance(v, TensorView)]:
             if sh[v].partial:
-                self._reshard_operand(expr, v, Sharding(self.mesh))
+                self._reshard_operand(expr, v, Sharding(sh[v].mesh))
         operands = [v for v in expr.inputs if isinstance(v, TensorView)]
-        natural = self._natural(expr, operands)
+        mesh = self._mesh_of(expr, operands)
+        natural = self._natural(expr, operands, mesh)
         if natural.partial and isinstance(expr, LinearOp) and len(expr.inputs) > 2:
             self._bias_after_combine(expr)
             return
@@ -287,9 +296,21 @@ class _Propagation:
             if want is not None and want != natural:
                 self._reshard_uses(o, want)
             elif natural.partial and o not in self.fusion.outputs:
-                self._reshard_uses(o, Sharding(self.mesh))
+                self._reshard_uses(o, Sharding(natural.mesh))
 
-    def _natural(self, expr: Expr, operands: Sequence[TensorView]) -> Sharding:
+    def _mesh_of(self, expr: Expr, operands: Sequence[TensorView]) -> DeviceMesh:
+        """Where `expr` runs: its output's mesh where the definition places it, else its
+        first sharded operand's, else its first operand's (a factory: the fusion's first)."""
+        out = next(o for o in expr.outputs if isinstance(o, TensorView))
+        if out.device_mesh is not None:
+            return out.device_mesh
+        sh = self.out.shardings
+        for v in operands:
+            if not sh[v].replicated:
+                return sh[v].mesh
+        return sh[operands[0]].mesh if operands else self.mesh
+
+    def _natural(self, expr: Expr, operands: Sequence[TensorView], mesh: DeviceMesh) -> Sharding:
         """The sharding `expr`'s output takes from a sharded operand: the one its
         annotation asks for when an operand gives it (a column-parallel linear on a
         sequence-sharded input: the weight's, the input gathered), else the first."""
@@ -297,18 +318,18 @@ class _Propagation:
         candidates = []
         for v in operands:
             s = sh[v]
-            if s.axis is None:
+            if s.axis is None or s.mesh != mesh:
                 continue
             m = out_axis(expr, v, s.axis)
             if m == REDUCED:
-                candidates.append(Sharding(self.mesh, partial=_partial_kind(expr)))
+                candidates.append(Sharding(mesh, partial=_partial_kind(expr)))
             elif m is not None:
-                candidates.append(Sharding(self.mesh, axis=m))  # type: ignore[arg-type]
+                candidates.append(Sharding(mesh, axis=m))  # type: ignore[arg-type]
         out = next(o for o in expr.outputs if isinstance(o, TensorView))
         wanted = annotated(out) if out.device_mesh is not None else None
         if wanted in candidates:
             return wanted  # type: ignore[return-value]
-        return candidates[0] if candidates else Sharding(self.mesh)
+        return candidates[0] if candidates else Sharding(mesh)
 
     def _other_output(self, expr: Expr, operands: Sequence[TensorView], natural: Sharding, o: TensorView) -> Sharding:
         """The sharding of a second output (attention's log-sum-exp and RNG state): the
@@ -319,27 +340,27 @@ class _Propagation:
             s = self.out.shardings[v]
             if s.axis is not None:
                 m = out_axis(expr, v, s.axis, o)
-                return Sharding(self.mesh, axis=m) if isinstance(m, int) else Sharding(self.mesh)
-        return Sharding(self.mesh)
+                return Sharding(natural.mesh, axis=m) if isinstance(m, int) else Sharding(natural.mesh)
+        return Sharding(natural.mesh)
 
     def _operand_sharding(self, expr: Expr, v: TensorView, natural: Sharding) -> Sharding:
         """How operand `v` must be laid out for `expr` to compute `natural` locally."""
         current = self.out.shardings[v]
         ids = v.logical_no_reductions()
         if natural.replicated:
-            return Sharding(self.mesh)
+            return Sharding(natural.mesh)
         for k in range(len(ids)):
             if ids[k].is_broadcast:
                 continue
             m = out_axis(expr, v, k)
             if (natural.partial and m == REDUCED) or (natural.axis is not None and m == natural.axis):
-                return Sharding(self.mesh, axis=k)
+                return Sharding(natural.mesh, axis=k)
         if natural.partial and current.axis is None:
             # an operand the contraction does not read along the sharded axis (a bias): the
             # output's partial sum counts it once per device
             raise NotImplementedError(f"{type(expr).__name__}: operand {v!r} would be added on every device to a "
                                       "partial result")
-        return Sharding(self.mesh)
+        return Sharding(natural.mesh)
 
     # --- IR surgery ------------------------------------------------------------------
     def _new_reshard(self, v: TensorView, want: Sharding) -> TensorView:
@@ -354,7 +375,7 @@ class _Propagation:
         for a, b in zip(v.logical_no_reductions(), copy.logical_no_reductions()):
             if a.parallel_type is ParallelType.Stream:  # chunk by chunk in the same stream loop
                 b.parallel_type = ParallelType.Stream
-        copy.device_mesh = self.mesh
+        copy.device_mesh = want.mesh
         self.out.shardings[copy] = want
         self.out.reshards[copy.definition] = Reshard(kind, src, want)  # type: ignore[index, arg-type]
         return copy
@@ -422,10 +443,6 @@ def shard_fusion(fusion: Fusion, input_shardings: dict | None = None, keep_parti
     """Propagate shardings through `fusion` (modified in place: run it on a copy) and insert
     the resharding expressions; `input_shardings` overrides the inputs' annotations
     (DTensor placements); with `keep_partial`, a partial output stays partial."""
-    meshes = {s.mesh for s in (input_shardings or {}).values()}
-    if len(meshes) > 1:
-        raise NotImplementedError("the inputs are placed on different meshes: one mesh per fusion is supported")
-    mesh = meshes.pop() if meshes else fusion_mesh(fusion)
-    if is_sharded(fusion) and fusion_mesh(fusion) != mesh:
-        raise ValueError(f"the inputs are placed on {mesh} but the definition places tensors on {fusion_mesh(fusion)}")
+    given = list((input_shardings or {}).values())
+    mesh = given[0].mesh if given else fusion_mesh(fusion)
     return _Propagation(fusion, mesh, input_shardings, keep_partial).run()
