@@ -19,7 +19,7 @@ local shards: the kernels never see a mesh.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any, Sequence
 
 from fuser.ir import (
     AtenOp,
@@ -140,7 +140,25 @@ def out_axis(expr: Expr, operand: TensorView, axis: int, out: TensorView | None 
                 return REDUCED
             if c in logical:
                 return logical.index(c)
+            # a reshape: the axis it splits or merges stays in blocks where it is the outer
+            # part of each split and merge on the way (device k's rows stay one block)
+            return next((k for k, i in enumerate(logical) if _outer_path(i, c)), None)
     return None
+
+
+def _outer_path(i: Any, root: Any) -> bool:
+    """Whether logical axis `i` comes from `root` through outer parts only: the outer
+    output of a split, or a merge whose outer input it is."""
+    from fuser.ir import Merge, Split
+
+    if i is root:
+        return True
+    d = i.definition
+    if isinstance(d, Split):
+        return i is d.outputs[0] and _outer_path(d.inputs[0], root)
+    if isinstance(d, Merge):
+        return _outer_path(d.inputs[0], root)
+    return False
 
 
 def _aten_axis(expr: AtenOp, operand: TensorView, axis: int, out: TensorView) -> int | None:
