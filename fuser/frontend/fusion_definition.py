@@ -18,6 +18,7 @@ from fuser.ir.dtype import from_torch, python_scalar_dtype
 
 from fuser.options import dump, dump_enabled
 
+from .dtensor import has_dtensors
 from .cache import CachedFusion, FusionCache
 from .handles import Scalar, Tensor, Vector, _State
 from .ops import Operators
@@ -536,9 +537,7 @@ class FusionDefinition:
                 self._debug_output = captured.getvalue()
 
     def _run(self, inputs: list[Any], device: Any, profile: bool, override_user_schedule: bool = False) -> list[Any]:
-        from fuser.host.executor import run, segmented_runner
-
-        from .dtensor import has_dtensors
+        from fuser.host.executor import run, runner_for
 
         if self._segments:
             return self._execute_segments(inputs, device=device)
@@ -555,7 +554,7 @@ class FusionDefinition:
             return outs
         from .profile import build_profile, observe_segments
 
-        runner = segmented_runner(entry, inputs, device)
+        runner = runner_for(entry, inputs, device)
         dev = runner.device
         if dev.type == "cuda":
             torch.cuda.synchronize(dev)

@@ -34,6 +34,19 @@ class _What:
         return f"Communication {self.c.number} ({self.c.kind} of {val_str(self.c.inp)})"
 
 
+class _All:
+    """Several point-to-point works waited for as one."""
+
+    __slots__ = ("works",)
+
+    def __init__(self, works: list) -> None:
+        self.works = works
+
+    def wait(self) -> None:
+        for w in self.works:
+            w.wait()
+
+
 class Pending:
     """A started communication: `result()` (after the wait) gives its output."""
 
@@ -55,17 +68,29 @@ class Pending:
         return self.finish()
 
 
+def ensure_groups(teams: Any) -> None:
+    """Make the process groups of `teams` (every rank calls this with the same teams, in
+    the same order: torch.distributed makes a group with every rank)."""
+    import torch.distributed as dist
+
+    for team in teams:
+        key = tuple(sorted(team))
+        if key not in _GROUPS:
+            g = dist.new_group(list(key))
+            _GROUPS[key] = (g, dist.get_backend(g) == "gloo")
+
+
 def _group(team: tuple[int, ...]) -> tuple[Any, bool]:
-    """(the process group of `team`, whether it is gloo's), made once per team."""
-    got = _GROUPS.get(team)
+    """(the process group of `team`, whether it is gloo's): the default group for the
+    whole world, else the one `ensure_groups` made."""
+    key = tuple(sorted(team))
+    got = _GROUPS.get(key)
     if got is None:
         import torch.distributed as dist
 
-        whole = sorted(team) == list(range(dist.get_world_size()))
-        # None: the default group; a smaller team's group is made by its members alone (the
-        # others never reach this communication)
-        g = None if whole else dist.new_group(sorted(team), use_local_synchronization=True)
-        got = _GROUPS[team] = (g, dist.get_backend(g) == "gloo")
+        if list(key) != list(range(dist.get_world_size())):
+            raise RuntimeError(f"no process group was made for the team {key} (ensure_groups)")
+        got = _GROUPS[key] = (None, dist.get_backend() == "gloo")
     return got
 
 
@@ -114,7 +139,6 @@ def start(c: Communication, x: torch.Tensor | None, dest: Any = None) -> Pending
     import torch.distributed as dist
 
     team, d = c.team, len(c.team)
-    group, gloo = _group(team)
     what = _What(c)
     if c.kind == "local_slice":
         n = x.shape[c.out_axis]
@@ -127,11 +151,16 @@ def start(c: Communication, x: torch.Tensor | None, dest: Any = None) -> Pending
             return Pending(dist.isend(x.contiguous(), dst), lambda: None, what)
         buf = dest if dest.is_contiguous() else torch.empty_like(dest, memory_format=torch.contiguous_format)
         return Pending(dist.irecv(buf, src), lambda: buf, what)
-    if c.kind == "broadcast":
-        buf = x.contiguous() if _rank() == c.root else dest
-        return Pending(dist.broadcast(buf, c.root, group=group, async_op=True), lambda: buf, what)
+    if c.kind == "broadcast":  # point to point from the one device holding it: no group to make
+        if _rank() == c.root:
+            buf = x.contiguous()
+            works = [dist.isend(buf, r) for r in team if r != c.root]
+            return Pending(_All(works), lambda: buf, what)
+        buf = dest if dest.is_contiguous() else torch.empty_like(dest, memory_format=torch.contiguous_format)
+        return Pending(dist.irecv(buf, c.root), lambda: buf, what)
+    group, gloo = _group(team)
     if c.kind == "allreduce":
-        buf = x.contiguous()
+        buf = x.contiguous() if c.in_place else x.clone(memory_format=torch.contiguous_format)
         work = dist.all_reduce(buf, op=getattr(dist.ReduceOp, _REDUCE[c.op]), group=group, async_op=True)
         return Pending(work, lambda: buf, what)
     if c.kind == "allgather":
@@ -147,6 +176,8 @@ def start(c: Communication, x: torch.Tensor | None, dest: Any = None) -> Pending
         src = _front(x, c.out_axis)
         b = _block(src.shape[0], d, what)
         op = getattr(dist.ReduceOp, _REDUCE[c.op])
+        if gloo and src is x and not c.in_place:
+            src = x.clone()
         if gloo:  # gloo has no reduce-scatter: the whole sum, then this device's block
             work = dist.all_reduce(src, op=op, group=group, async_op=True)
             k = _position(team)

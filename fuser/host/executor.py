@@ -19,6 +19,7 @@ from fuser.runtime.info import runtime_info
 
 from .evaluator import HostIrEvaluator
 from .lower import insert_deallocations, lower_communications, lower_segmented
+from .communication import ensure_groups
 from .sharded import agree, is_sharded, sharded_fusion, sharded_should_merge
 from .streams import has_stream_axes, lower_streams, should_merge
 
@@ -80,7 +81,9 @@ def segmented_runner(entry: Any, inputs: Sequence[Any], device: Any = None, bind
         sharding = getattr(entry, "shards", True) and (placements or is_sharded(fusion))
         if binding is None and not sharding:  # (a sharded fusion binds its propagated copy)
             binding = bind_inputs(fusion, inputs, device=dev)
-        pre = preseg_fusion(entry)
+        # a sharded fusion skips the passes (they would rewrite placed inputs); its segments,
+        # ordinary fusions on blocks, run them when they are segmented
+        pre = PresegFusion(fusion) if sharding else preseg_fusion(entry)
         if pre.fusion is not fusion and not sharding:
             # the passes' copy has its own values (and inputs it reads the same tensors as)
             fusion = pre.fusion
@@ -150,15 +153,7 @@ def run(entry: Any, inputs: Sequence[Any], *, device: Any = None, placements: tu
     and left out of the returned list. A sharded fusion's ranks first agree that each
     could start (`fuser.host.sharded.agree`): a rank that fails raises on every rank
     instead of leaving the others waiting in a collective."""
-    if placements or _is_sharded_entry(entry):
-        try:
-            runner = segmented_runner(entry, inputs, device, placements=placements)
-            failure = None
-        except Exception as err:  # every rank must hear of it before it raises
-            runner, failure = None, err
-        agree(inputs, failure)
-    else:
-        runner = segmented_runner(entry, inputs, device)
+    runner = runner_for(entry, inputs, device, placements)
     entry.last_runner = runner
     outs = runner.run(inputs)
     fusion = entry.fusion
@@ -176,13 +171,30 @@ def run(entry: Any, inputs: Sequence[Any], *, device: Any = None, placements: tu
     return results
 
 
-def _is_sharded_entry(entry: Any) -> bool:
-    got = entry.__dict__.get("_is_sharded") if hasattr(entry, "__dict__") else None
-    if got is None:
-        got = is_sharded(entry.fusion)
-        if hasattr(entry, "__dict__"):
-            entry._is_sharded = got
-    return got
+def runner_for(entry: Any, inputs: Sequence[Any], device: Any = None, placements: tuple | None = None):
+    """The runner for this call: `segmented_runner`'s, agreed on by every rank for a
+    sharded fusion (`agreed_runner`)."""
+    known = getattr(entry, "__dict__", None)
+    sharded = known.get("_is_sharded") if known is not None else False
+    if sharded is None:
+        sharded = entry._is_sharded = is_sharded(entry.fusion)
+    if placements or sharded:
+        return agreed_runner(entry, inputs, device, placements)
+    return segmented_runner(entry, inputs, device)
+
+
+def agreed_runner(entry: Any, inputs: Sequence[Any], device: Any = None, placements: tuple | None = None):
+    """A sharded fusion's runner for this call, once every rank could make its own (a rank
+    that fails raises on every rank instead of leaving the others in a collective), with
+    the process groups its communications use made on every rank."""
+    try:
+        runner = segmented_runner(entry, inputs, device, placements=placements)
+        failure = None
+    except Exception as err:  # every rank must hear of it before it raises
+        runner, failure = None, err
+    agree(inputs, failure)
+    ensure_groups(runner.program.teams)
+    return runner
 
 
 class _UnitEntry:

@@ -233,6 +233,8 @@ class Communication(HostExpr):
     op: str | None = None
     #: the device that holds the tensor before a send/recv or a broadcast
     root: int | None = None
+    #: a reduction may write its input (an intermediate nothing else reads)
+    in_place: bool = False
 
     @property
     def inputs(self) -> tuple[Val, ...]:  # type: ignore[override]
@@ -327,6 +329,9 @@ class HostIrContainer:
     #: a sharded program's tensors this device does not hold (on a mesh without it): an
     #: output among them comes back empty
     absent: frozenset = frozenset()
+    #: the teams smaller than the world whose collectives the program runs (every rank
+    #: makes their process groups, in this order, before the program runs)
+    teams: tuple = ()
 
     def with_exprs(self, exprs: Sequence[HostExpr]) -> "HostIrContainer":
         """The same program with other top-level expressions (what a pass returns)."""

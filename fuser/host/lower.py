@@ -66,15 +66,25 @@ def lower_communications(program: HostIrContainer, sharded: Any, rank: int | Non
     communications it takes no part in, are left out (their tensors are absent here)."""
     from .ir import Allocate, Communication, Wait
 
-    if rank is None:
-        import torch.distributed as dist
+    import torch.distributed as dist
 
+    if rank is None:
         rank = dist.get_rank() if dist.is_initialized() else 0
+    world = dist.get_world_size() if dist.is_initialized() else 1
     out: list[HostExpr] = []
     absent: set[Val] = set()
+    teams: list[tuple[int, ...]] = []
     number = 0
     for e in program.exprs:
         r = sharded.reshards.get(e.expr) if isinstance(e, Evaluate) else None
+        if r is not None and r.kind in _COLLECTIVES:
+            devices = r.src.mesh.devices
+            if devices != sorted(devices):
+                raise NotImplementedError(
+                    f"{r.kind} of {e.expr.inputs[0]!r} over {r.src.mesh}: a collective's blocks follow the ranks' "
+                    "order, so the mesh of a sharded tensor must list its devices in ascending order")
+            if devices != list(range(world)) and tuple(devices) not in teams:
+                teams.append(tuple(devices))
         if r is None:
             meshes = {s.mesh for s in map(sharded.of, e.outputs) if s is not None}
             if meshes and not any(rank in m for m in meshes):
@@ -93,12 +103,20 @@ def lower_communications(program: HostIrContainer, sharded: Any, rank: int | Non
                 absent.add(res)  # a sender: the tensor lives on the other mesh
             elif root is not None and rank != root:
                 out.append(Allocate(res))  # a receiver: the buffer it receives into
+            readers = sum(v is inp for x in program.exprs for v in x.inputs)
+            in_place = readers == 1 and inp not in program.inputs and inp not in program.outputs
             out.append(Communication(number, r.kind, inp, res, team, axis=src.axis, out_axis=dst.axis,
-                                     op=src.partial, root=root))
+                                     op=src.partial, root=root, in_place=in_place))
             if r.is_communication:
                 out.append(Wait(number, res))
         number += 1
-    return replace(program.with_exprs(out), extent_scale=_extent_scales(program, sharded), absent=frozenset(absent))
+    return replace(program.with_exprs(out), extent_scale=_extent_scales(program, sharded), absent=frozenset(absent),
+                   teams=tuple(teams))
+
+
+#: the communications that run as collectives of a process group (the others are
+#: point-to-point or local)
+_COLLECTIVES = ("allgather", "allreduce", "reduce_scatter", "all_to_all")
 
 
 def _extent_scales(program: HostIrContainer, sharded: Any) -> dict:

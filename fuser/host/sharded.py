@@ -19,7 +19,7 @@ def sharded_fusion(entry: Any, pre: PresegFusion, placements: Any = None,
     """`pre`'s fusion with shardings propagated and reshardings inserted (a copy, cached
     on the entry per `placements`: input position -> Sharding, for DTensor inputs), and a
     PresegFusion whose values map back to the defined fusion's."""
-    cache = entry.__dict__.setdefault("_sharded", {}) if hasattr(entry, "__dict__") else {}
+    cache = entry.__dict__.setdefault("_sharded", {})
     key = (id(pre.fusion), placements, keep_partial)
     got = cache.get(key)
     if got is None:
@@ -28,13 +28,10 @@ def sharded_fusion(entry: Any, pre: PresegFusion, placements: Any = None,
         if placements:
             overrides = {copy.inputs[k]: s for k, s in placements}
         sharded = shard_fusion(copy, overrides, keep_partial)
-        original = {new: pre.to_original(old) for old, new in memo.items() if new in _vals(copy)}
+        live = set(copy.vals())
+        original = {new: pre.to_original(old) for old, new in memo.items() if new in live}
         got = cache[key] = (sharded, PresegFusion(copy, original, pre.applied + ("shard",)))
     return got
-
-
-def _vals(fusion: Any) -> set:
-    return set(fusion.vals())
 
 
 def _local_extents(g: SegmentedGroup, sharded: ShardedFusion) -> dict[Any, bool]:

@@ -144,7 +144,8 @@ def _out_axis(e: HostExpr) -> int | None:
     return None
 
 
-def _mapped_axis(tv: Val, axis: IterDomain, exact: ExactMap, e: HostExpr | None = None) -> int | None:
+def _mapped_axis(tv: Val, axis: IterDomain, exact: ExactMap, e: HostExpr | None = None,
+                 after_communication: frozenset = frozenset()) -> int | None:
     """The position of `tv`'s logical axis that is `axis`, or None (it has no such axis).
     A matmul's or linear's operands map by position (no exact mapping crosses them)."""
     if not isinstance(tv, TensorView):
@@ -153,7 +154,8 @@ def _mapped_axis(tv: Val, axis: IterDomain, exact: ExactMap, e: HostExpr | None 
     for k, i in enumerate(ids):
         if not i.is_broadcast and exact.same(i, axis):
             return k
-    if isinstance(e, Communication) or (stream_axis(tv) is not None and e is not None and tv in e.outputs):
+    if isinstance(e, Communication) or (stream_axis(tv) is not None and e is not None and tv in e.outputs
+                                        and any(i in after_communication for i in e.inputs)):
         # no axis maps across a resharding: its tensors (and what they feed) say which
         # axis is the stream's
         return stream_axis(tv)
@@ -206,7 +208,7 @@ def _loop(run: list[HostExpr], exact: ExactMap, fusion: Fusion, number: int) -> 
         got = slices.get(v)
         if got is not None:
             return got
-        k = _mapped_axis(v, axis, exact, current)
+        k = _mapped_axis(v, axis, exact, current, after_communication)
         if k is None:
             return v, None
         s = local_slice(v, k)  # type: ignore[arg-type]
@@ -214,6 +216,8 @@ def _loop(run: list[HostExpr], exact: ExactMap, fusion: Fusion, number: int) -> 
         slices[v] = (s, k)
         return s, k
 
+    # the slices of communications' outputs (what later expressions of the loop read)
+    after_communication = frozenset()
     current: HostExpr | None = None
     for k, e in enumerate(run):
         current = e
@@ -231,6 +235,7 @@ def _loop(run: list[HostExpr], exact: ExactMap, fusion: Fusion, number: int) -> 
         out_axes = tuple(k for _, k in outs)
         if isinstance(e, Communication):
             (s_in, k_in), (s_out, k_out) = ins[0], outs[0]
+            after_communication = after_communication | {e.out}
             body.append(replace(e, inp=s_in, out=s_out, axis=_on_slice(e, e.axis, k_in),
                                 out_axis=_on_slice(e, e.out_axis, k_out)))
         elif isinstance(e, Evaluate):

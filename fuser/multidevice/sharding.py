@@ -246,15 +246,14 @@ class _Propagation:
         for tv in fusion.inputs:
             if isinstance(tv, TensorView):
                 sh[tv] = self.input_shardings.get(tv) or annotated(tv) or Sharding(self.mesh)
-                self.out.meshes.add(sh[tv].mesh)
+                self._check_readable(tv, sh[tv])
+        for tv in list(fusion.inputs):
+            if isinstance(tv, TensorView) and sh[tv].partial:
+                self._combine_once(tv)  # a Partial DTensor: its readers get one sum
         for expr in list(fusion.exprs()):
             if expr in self.out.reshards:
                 continue
             self._expr(expr)
-        for k, o in enumerate(list(fusion.outputs)):
-            s = sh.get(o) if isinstance(o, TensorView) else None
-            if s is not None and s.partial and not self.keep_partial:
-                self._reshard_uses(o, Sharding(s.mesh))
         self.out.meshes = {s.mesh for s in sh.values()}
         self._localize_fixed_extents()
         # what each device runs is single-device work on its blocks: the marks go (the
@@ -313,8 +312,8 @@ class _Propagation:
             want = annotated(o) if o.device_mesh is not None else None
             if want is not None and want != natural:
                 self._reshard_uses(o, want)
-            elif natural.partial and o not in self.fusion.outputs:
-                self._reshard_uses(o, Sharding(natural.mesh))
+            elif natural.partial:
+                self._combine_once(o)
 
     def _mesh_of(self, expr: Expr, operands: Sequence[TensorView]) -> DeviceMesh:
         """Where `expr` runs: its output's mesh where the definition places it, else its
@@ -390,9 +389,7 @@ class _Propagation:
         with self.fusion.guard():
             copy = TensorView(TensorDomain(pointwise_domain([v])), v.dtype)
             ReshardOp([v], [copy])
-        for a, b in zip(v.logical_no_reductions(), copy.logical_no_reductions()):
-            if a.parallel_type is ParallelType.Stream:  # chunk by chunk in the same stream loop
-                b.parallel_type = ParallelType.Stream
+        _same_streams(v, copy)  # chunk by chunk in the same stream loop
         copy.device_mesh = want.mesh
         self.out.shardings[copy] = want
         self.out.reshards[copy.definition] = Reshard(kind, src, want)  # type: ignore[index, arg-type]
@@ -401,6 +398,32 @@ class _Propagation:
     def _reshard_operand(self, expr: Expr, v: TensorView, want: Sharding) -> None:
         copy = self._new_reshard(v, want)
         _replace_input(expr, v, copy)
+
+    def _combine_once(self, v: TensorView) -> None:
+        """Sum partial `v` over its devices once, right after it is computed: its readers
+        read the sum, and so does the fusion's output, unless a partial output is kept
+        (DTensor calls return it as Partial; its readers still read the sum)."""
+        whole = Sharding(self.out.shardings[v].mesh)
+        if self.keep_partial and v in self.fusion._output_set:
+            if any(u for u in v.uses):
+                copy = self._new_reshard(v, whole)
+                for use in [u for u in v.uses if u is not copy.definition]:
+                    _replace_input(use, v, copy)
+            return
+        self._reshard_uses(v, whole)
+
+    def _check_readable(self, tv: TensorView, s: Sharding) -> None:
+        """Refuse reading the size of a sharded input axis as a value (fd.ops.size, shape,
+        full or iota of it, a reshape to it): here extents are the blocks', where nvFuser
+        reads the whole axis's."""
+        if s.axis is None:
+            return
+        ext = tv.logical_no_reductions()[s.axis].extent
+        if not ext.is_const and ext.uses:
+            raise NotImplementedError(
+                f"{tv!r}: the fusion reads the size of axis {s.axis} (fd.ops.size or shape, or an op given it), "
+                f"which is sharded over {s.mesh}; each device would read its block's size. Reading the size of a "
+                "sharded axis is not supported yet")
 
     def _reshard_uses(self, v: TensorView, want: Sharding) -> None:
         """Reshard `v` once, right after it is computed, for every reader and output."""
@@ -431,6 +454,7 @@ class _Propagation:
         fusion.remove_expr(expr)
         with fusion.guard():
             part = linear(x, w)
+        _same_streams(out, part)  # a stream loop's linear stays in the loop
         self._expr(part.definition)  # partial, then combined: its one reader is the copy
         whole = next(u.outputs[0] for u in part.uses)
         with fusion.guard():
@@ -439,13 +463,22 @@ class _Propagation:
             self._expr(bb.definition)
         with fusion.guard():
             total = arith.binary(BinaryOpType.Add, whole, bb)
+        _same_streams(out, total)
         self._expr(total.definition)
         if total.dtype != out.dtype:
             with fusion.guard():
                 total = arith.cast(total, out.dtype)
+            _same_streams(out, total)
             self._expr(total.definition)
         self._expr(LoadStoreOp([total], [out], op_type=LoadStoreOpType.Set, cache_op="Streaming"))
         fusion._sorted = None
+
+
+def _same_streams(src: TensorView, dst: TensorView) -> None:
+    """Mark `dst`'s axes stream-parallel where `src`'s (same positions) are."""
+    for a, b in zip(src.logical_no_reductions(), dst.logical_no_reductions()):
+        if a.parallel_type is ParallelType.Stream:
+            b.parallel_type = ParallelType.Stream
 
 
 def _replace_input(expr: Expr, old: Val, new: Val) -> None:

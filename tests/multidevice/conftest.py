@@ -24,7 +24,8 @@ def _world() -> int:
 def comm():
     """The Communicator over torchrun's ranks (skips with one process)."""
     if _world() < 2:
-        pytest.skip("needs 2 or more ranks: run `torchrun --nproc-per-node 2 -m pytest tests/multidevice`")
+        pytest.skip("runs in every rank of `torchrun --nproc-per-node 2 -m pytest tests/multidevice` (which "
+                    "tests/test_multidevice_launch.py starts on two CPU ranks)")
     from fuser.multidevice import Communicator
 
     c = Communicator.instance()

@@ -66,3 +66,17 @@ def test_column_then_row_parallel_linear_on_dtensors(comm, torch_mesh, seed):
                          dt.distribute_tensor(w2, torch_mesh, [dt.Shard(1)])])
     assert out.placements == (dt.Partial("sum"),)
     assert_close(out.full_tensor(), torch.nn.functional.linear(torch.nn.functional.linear(x, w1).relu(), w2))
+
+
+def test_a_partial_input_read_twice_is_summed_once_and_left_as_given(comm, torch_mesh, seed):
+    d = comm.size()
+    parts = [torch.randn(3, 4, device=comm.device) for _ in range(d)]  # every rank draws all
+    mine = parts[comm.rank()].clone()
+    p = dt.DTensor.from_local(mine, torch_mesh, [dt.Partial("sum")], run_check=False)
+    q = dt.distribute_tensor(torch.ones(3, 4, device=comm.device), torch_mesh, [dt.Replicate()])
+    fd = _define(lambda fd, x, y: [fd.ops.neg(x), fd.ops.add(x, y)])
+    neg, plus = fd.execute([p, q])
+    total = sum(parts)
+    assert_close(neg.full_tensor(), -total)
+    assert_close(plus.full_tensor(), total + 1)
+    assert torch.equal(mine, parts[comm.rank()])

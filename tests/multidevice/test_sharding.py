@@ -276,3 +276,55 @@ def test_a_collective_that_times_out_names_its_communication(comm, mesh, monkeyp
         with pytest.raises(RuntimeError, match=r"Communication 0 \(allreduce of T\d+_g_float\[.*\]\) failed"):
             fd.execute([x])
     dist.barrier()
+
+
+def test_a_partial_sum_read_twice_is_summed_once(comm, mesh, seed):
+    """A reduction over the sharded axis that is an output and is read again: one
+    allreduce, both outputs the whole sum (a review found it summed twice)."""
+    d = comm.size()
+    full = torch.randn(2 * d, 5, device=comm.device)
+    with FusionDefinition() as fd:
+        x = sharded_input(fd, 2, mesh, 0)
+        s = fd.ops.sum(x, [0])
+        fd.add_output(s)
+        fd.add_output(fd.ops.mul(s, 2.0))
+    local = block(full, 0, comm)
+    kept = local.clone()
+    s_out, twice = fd.execute([local])
+    assert_close(s_out, full.sum(0))
+    assert_close(twice, full.sum(0) * 2)
+    assert torch.equal(local, kept)  # the input is not reduced in place
+    assert comms(fd) == ["Allreduce"]
+
+
+def test_a_broadcast_of_a_sharded_input_keeps_its_sharding(comm, mesh, seed):
+    """broadcast_in_dim of a sharded input (the pre-segmentation passes, which fold such
+    broadcasts into inputs, leave a sharded fusion alone)."""
+    d = comm.size()
+    full = torch.randn(2 * d, device=comm.device)
+    with FusionDefinition() as fd:
+        x = sharded_input(fd, 1, mesh, 0)
+        y = fd.ops.broadcast_in_dim(fd.ops.neg(x), [3, 2 * d], [1])
+        fd.add_output(y)
+        y.set_device_mesh(mesh)
+    (out,) = fd.execute([block(full, 0, comm)])
+    assert out.shape == (3, 2 * d)
+    assert_close(out, (-full).expand(3, 2 * d))
+
+
+def test_a_sharded_tensor_on_a_mesh_out_of_rank_order_is_refused(comm, seed):
+    d = comm.size()
+    backwards = DeviceMesh(list(reversed(range(d))))
+    with FusionDefinition() as fd:
+        x = sharded_input(fd, 2, backwards, 0)
+        fd.add_output(fd.ops.sum(x, [0]))
+    with pytest.raises(NotImplementedError, match="must list its devices in ascending order"):
+        fd.execute([torch.randn(2, 3, device=comm.device)])
+
+
+def test_reading_the_size_of_a_sharded_axis_is_refused(comm, mesh):
+    with FusionDefinition() as fd:
+        x = sharded_input(fd, 2, mesh, 0)
+        fd.add_output(fd.ops.div(fd.ops.sum(x, [0]), fd.ops.size(x, 0)))
+    with pytest.raises(NotImplementedError, match="reads the size of axis 0"):
+        fd.execute([torch.randn(2, 3, device=comm.device)])
