@@ -38,7 +38,7 @@ def unwrap(inputs: Sequence[Any]) -> tuple[list[Any], tuple, Any]:
     from fuser.multidevice.sharding import Sharding
 
     DTensor, Shard, Replicate, Partial = _dtensor_types()  # type: ignore[misc]
-    torch_mesh = None
+    torch_mesh = mesh = None
     locals_: list[Any] = []
     placements = []
     for k, x in enumerate(inputs):
@@ -53,7 +53,8 @@ def unwrap(inputs: Sequence[Any]) -> tuple[list[Any], tuple, Any]:
         if torch_mesh.ndim != 1:
             raise NotImplementedError(f"input {k} is a DTensor on a {torch_mesh.ndim}-D device mesh; only 1-D meshes "
                                       "are supported")
-        mesh = DeviceMesh(torch_mesh.mesh.flatten().tolist())
+        if mesh is None:
+            mesh = DeviceMesh(torch_mesh.mesh.flatten().tolist())
         (p,) = x.placements
         if isinstance(p, Shard):
             s = Sharding(mesh, axis=p.dim % x.ndim)
@@ -69,8 +70,7 @@ def unwrap(inputs: Sequence[Any]) -> tuple[list[Any], tuple, Any]:
         local = x.to_local()
         locals_.append(local if local.is_contiguous() else local.contiguous())
         placements.append((k, s))
-    if torch_mesh is not None:
-        mesh = DeviceMesh(torch_mesh.mesh.flatten().tolist())
+    if mesh is not None:
         placements += [(k, Sharding(mesh)) for k, x in enumerate(inputs)
                        if isinstance(x, torch.Tensor) and not isinstance(x, DTensor)]
         placements.sort(key=lambda p: p[0])

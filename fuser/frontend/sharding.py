@@ -85,9 +85,10 @@ def parallelize(tensor: "Tensor", axis: int, parallel_type: ParallelType) -> Non
         raise NotImplementedError(
             f"parallelize: loop axis {axis} is the inner part of a split of logical axis {logical}: each device "
             "would hold every n-th element (a cyclic sharding); shard the outer part of a split instead")
-    outer_split = not tensor.fd.__dict__.get("_split_kind", {}).get((tensor.index, logical), True)
+    was_inner_split = tensor.fd.__dict__.get("_split_kind", {}).get((tensor.index, logical), True)
     mesh = tensor.val.device_mesh
-    if mesh is not None and outer_split and factor != mesh.size:
+    # an outer split's factor is the number of blocks: one per device of the mesh
+    if mesh is not None and part == "outer" and not was_inner_split and factor != mesh.size:
         raise DefinitionError(f"parallelize: logical axis {logical} is split into {factor} blocks but "
                               f"{tensor!r}'s mesh has {mesh.size} devices")
     shard(tensor, logical)

@@ -418,13 +418,13 @@ class HostIrEvaluator:
         pending = start(e, env.get(e.inp), dest)  # (a receiver does not hold the input)
         pending.dest = dest
         env[e.out] = pending  # until its Wait
-        if e.kind == "local_slice":
-            self._wait(e, state)
+        if e.kind == "local_slice":  # no communication: there is no Wait
+            self._finish(pending, e, state)
 
-    def _wait(self, e: Any, state: "_State") -> None:
+    def _wait(self, e: Wait, state: "_State") -> None:
         env = state.env
         pending = env[e.out]
-        if getattr(e, "deferred", False):
+        if e.deferred:
             state.deferred.append(pending)  # finished on the caller's stream at the join
             return
         self._finish(pending, e, state)

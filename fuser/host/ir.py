@@ -216,12 +216,13 @@ class HirAliasSelect(HostExpr):
 
 @dataclass(frozen=True, eq=False)
 class Communication(HostExpr):
-    """A collective over the devices of `team` (torch.distributed ranks), started on the
-    current stream and finished by a `Wait`: `kind` is allgather, allreduce,
-    reduce_scatter or all_to_all; `axis` the sharded axis of `inp` (allgather, all_to_all),
-    `out_axis` that of `out` (reduce_scatter, all_to_all); `op` how partial values
-    combine (sum, max, min). `local_slice` is no communication: each device keeps its own
-    block of a replicated tensor."""
+    """A communication among the devices of `team` (torch.distributed ranks), started on
+    the current stream and finished by a `Wait`: `kind` is allgather, allreduce,
+    reduce_scatter or all_to_all (collectives), or send_recv / broadcast from device `root`
+    (point to point, between meshes); `axis` the sharded axis of `inp` (allgather,
+    all_to_all), `out_axis` that of `out` (reduce_scatter, all_to_all); `op` how partial
+    values combine (sum, max, min). `local_slice` is no communication: each device keeps
+    its own block of a replicated tensor."""
 
     number: int
     kind: str

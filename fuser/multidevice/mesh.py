@@ -1,7 +1,7 @@
 """DeviceMesh: the devices a tensor lives on (nvFuser's `multidevice.DeviceMesh`)."""
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any
 
 import torch
 
@@ -55,8 +55,6 @@ class DeviceMesh:
         except ValueError:
             raise ValueError(f"device {device} is not in {self}") from None
 
-    def key(self) -> tuple[int, ...]:
-        return self._devices
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, DeviceMesh) and other._devices == self._devices
@@ -66,7 +64,3 @@ class DeviceMesh:
 
     def __repr__(self) -> str:
         return "DeviceMesh{" + " ".join(map(str, self._devices)) + "}"
-
-    @staticmethod
-    def of(devices: Iterable[int]) -> "DeviceMesh":
-        return DeviceMesh(list(devices))

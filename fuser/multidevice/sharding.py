@@ -71,7 +71,7 @@ class Sharding:
 class Reshard:
     """A resharding `set`: how its input's sharding becomes its output's."""
 
-    kind: str  # allgather, allreduce, reduce_scatter, all_to_all, local_slice
+    kind: str  # allgather, allreduce, reduce_scatter, all_to_all, local_slice, send_recv, broadcast
     src: Sharding
     dst: Sharding
 
@@ -170,6 +170,9 @@ def _aten_axis(expr: AtenOp, operand: TensorView, axis: int, out: TensorView) ->
 
 
 def _matmul_axis(expr: Expr, operand: TensorView, axis: int, out: TensorView) -> int | str | None:
+    """`out_axis` for matmul and linear, by position as torch lays them out: matmul's
+    [..., M, K] x [..., K, N] -> [..., M, N] with batch axes aligned from the right (a 1-D
+    operand drops its M or N), linear's [..., K] x [N, K] (+ [N]) -> [..., N]; K is REDUCED."""
     n = operand.ndim
     nout = out.ndim
     if isinstance(expr, MatmulOp):
@@ -196,6 +199,7 @@ def _matmul_axis(expr: Expr, operand: TensorView, axis: int, out: TensorView) ->
 
 
 def _partial_kind(expr: Expr) -> str:
+    """How the devices' partial results of `expr` over a sharded axis combine."""
     if isinstance(expr, (MatmulOp, LinearOp)):
         return "sum"
     if isinstance(expr, ReductionOp) and expr.op_type in _PARTIAL_OF:
@@ -234,6 +238,8 @@ def reshard_kind(src: Sharding, dst: Sharding) -> str | None:
 
 
 class _Propagation:
+    """One run of `shard_fusion`: the shardings found so far and the IR it inserts."""
+
     def __init__(self, fusion: Fusion, mesh: DeviceMesh, input_shardings: dict | None, keep_partial: bool) -> None:
         self.fusion = fusion
         self.mesh = mesh
@@ -287,6 +293,8 @@ class _Propagation:
                 i.extent = Scalar(DataType.Int, n // d)
 
     def _expr(self, expr: Expr) -> None:
+        """Give `expr`'s outputs their shardings, resharding its operands (and its outputs,
+        where placed otherwise) so that each device computes its blocks locally."""
         sh = self.out.shardings
         outs = [o for o in expr.outputs if isinstance(o, TensorView)]
         if not outs:
@@ -381,6 +389,7 @@ class _Propagation:
 
     # --- IR surgery ------------------------------------------------------------------
     def _new_reshard(self, v: TensorView, want: Sharding) -> TensorView:
+        """A new tensor: `v` laid out as `want` (a ReshardOp of `v`)."""
         from fuser.ir import TensorDomain
         from fuser.ops.arith import pointwise_domain
 
@@ -482,6 +491,7 @@ def _same_streams(src: TensorView, dst: TensorView) -> None:
 
 
 def _replace_input(expr: Expr, old: Val, new: Val) -> None:
+    """`expr` reads `new` where it read `old` (uses and the fusion's order updated)."""
     expr.inputs[:] = [new if v is old else v for v in expr.inputs]
     while expr in old.uses:
         old.uses.remove(expr)

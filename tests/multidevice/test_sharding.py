@@ -328,3 +328,11 @@ def test_reading_the_size_of_a_sharded_axis_is_refused(comm, mesh):
         fd.add_output(fd.ops.div(fd.ops.sum(x, [0]), fd.ops.size(x, 0)))
     with pytest.raises(NotImplementedError, match="reads the size of axis 0"):
         fd.execute([torch.randn(2, 3, device=comm.device)])
+
+
+def test_segmenting_a_sharded_fusion_by_hand_is_refused(comm, mesh):
+    with FusionDefinition() as fd:
+        x = sharded_input(fd, 2, mesh, 0)
+        fd.add_output(fd.ops.sum(x, [0]))
+    with pytest.raises(NotImplementedError, match="fd.segment of a sharded fusion"):
+        fd.segment([torch.randn(2, 3, device=comm.device)])
