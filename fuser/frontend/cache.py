@@ -26,6 +26,15 @@ class CachedFusion:
     #: per returned output: ("out", k) the runtime's k-th result, ("input", k) the k-th input
     #: (an output also written into that input); set by the first definition
     output_plan: list | None = None
+    #: whether the definition places tensors on a DeviceMesh (it runs sharded, every call
+    #: agreed on by the ranks), and per input placement its propagated copy
+    sharded: bool = field(init=False)
+    sharded_copies: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        from fuser.multidevice.sharding import is_sharded
+
+        self.sharded = is_sharded(self.fusion)
 
 
 class FusionCache:

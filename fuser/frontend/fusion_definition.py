@@ -541,16 +541,20 @@ class FusionDefinition:
 
         if self._segments:
             return self._execute_segments(inputs, device=device)
+        user = not override_user_schedule and Schedule._user.has_user_schedule(self)
+        if has_dtensors(inputs):
+            if user:
+                raise NotImplementedError("a user schedule (schedule()) with DTensor inputs is not supported")
+            return self._run_dtensors(inputs, device)
         entry = self._entry
-        if not override_user_schedule and Schedule._user.has_user_schedule(self):
+        if user:
             # schedule() runs once per input signature; its one-segment runners live apart
             # from the automatic ones, which override_user_schedule=True still runs
             entry = Schedule._user.user_entry(self, inputs, device)
-        if has_dtensors(inputs):
-            return self._run_dtensors(entry, inputs, device)
         if not profile:
             outs = self._arrange(run(entry, inputs, device=device), inputs)
-            self._entry.last_runner = entry.last_runner  # what fd.last_cuda_code() & co. read
+            if user:
+                self._entry.last_runner = entry.last_runner  # what fd.last_cuda_code() & co. read
             return outs
         from .profile import build_profile, observe_segments
 
@@ -562,7 +566,7 @@ class FusionDefinition:
         if begin is not None:
             begin.record()
         with observe_segments(runner, dev) as seen:
-            outs = self._arrange(run(entry, inputs, device=device), inputs)
+            outs = self._arrange(run(entry, inputs, device=device, runner=runner), inputs)
         self._entry.last_runner = entry.last_runner
         if begin is not None:
             end = torch.cuda.Event(enable_timing=True)
@@ -576,7 +580,7 @@ class FusionDefinition:
         self._profile = build_profile(self._entry.id, runner, seen, host_ms, total, dev, inputs, outs)
         return outs
 
-    def _run_dtensors(self, entry: Any, inputs: list[Any], device: Any) -> list[Any]:
+    def _run_dtensors(self, inputs: list[Any], device: Any) -> list[Any]:
         """Run on DTensors' local blocks, sharded as their placements say; the outputs come
         back as DTensors placed as the propagation leaves them (fuser/frontend/dtensor.py)."""
         from fuser.host.executor import run
@@ -587,8 +591,8 @@ class FusionDefinition:
             raise NotImplementedError("an output written into an input (alias_input) with DTensor inputs is not "
                                       "supported")
         local, placements, torch_mesh = dtensor.unwrap(inputs)
-        outs = run(entry, local, device=device, placements=placements)
-        runner = self._entry.last_runner = entry.last_runner
+        outs = run(self._entry, local, device=device, placements=placements)
+        runner = self._entry.last_runner
         return dtensor.wrap(outs, [runner.sharded.of(v) for v in runner.program.outputs], torch_mesh)
 
     def _arrange(self, returned: list[Any], inputs: Sequence[Any], written: dict | None = None) -> list[Any]:

@@ -42,7 +42,7 @@ def set_device_mesh(tensor: "Tensor", mesh: Any, what: str = "set_device_mesh") 
 
 def loop_axes(tensor: "Tensor") -> list[tuple[int, str | None, int | None]]:
     """The tensor's loop axes as the user split them: (logical axis, None | "outer" |
-    "inner", factor) each."""
+    "inner", the number of blocks an outer part is where known) each."""
     views = tensor.fd.__dict__.setdefault("_loop_views", {})
     got = views.get(tensor.index)
     if got is None:
@@ -65,8 +65,8 @@ def split(tensor: "Tensor", axis: int, factor: int, inner_split: bool = True) ->
     if part is not None:
         raise NotImplementedError(f"{name}: loop axis {axis} is already a split of logical axis {logical}; "
                                   "splitting it again is not supported")
-    axes[axis:axis + 1] = [(logical, "outer", factor), (logical, "inner", factor)]
-    tensor.fd.__dict__.setdefault("_split_kind", {})[(tensor.index, logical)] = inner_split
+    # the outer part of an outer split is `factor` blocks (of an inner split: unknown here)
+    axes[axis:axis + 1] = [(logical, "outer", None if inner_split else factor), (logical, "inner", None)]
 
 
 def parallelize(tensor: "Tensor", axis: int, parallel_type: ParallelType) -> None:
@@ -74,7 +74,7 @@ def parallelize(tensor: "Tensor", axis: int, parallel_type: ParallelType) -> Non
     axes = loop_axes(tensor)
     if not isinstance(axis, int) or not -len(axes) <= axis < len(axes):
         raise DefinitionError(f"parallelize: axis={axis!r} is out of range for a tensor of {len(axes)} loop axes")
-    logical, part, factor = axes[axis % len(axes)]
+    logical, part, blocks = axes[axis % len(axes)]
     if parallel_type is not ParallelType.DIDx:
         if part is not None:
             raise NotImplementedError(f"parallelize: loop axis {axis} is a split of logical axis {logical}; only "
@@ -85,11 +85,9 @@ def parallelize(tensor: "Tensor", axis: int, parallel_type: ParallelType) -> Non
         raise NotImplementedError(
             f"parallelize: loop axis {axis} is the inner part of a split of logical axis {logical}: each device "
             "would hold every n-th element (a cyclic sharding); shard the outer part of a split instead")
-    was_inner_split = tensor.fd.__dict__.get("_split_kind", {}).get((tensor.index, logical), True)
     mesh = tensor.val.device_mesh
-    # an outer split's factor is the number of blocks: one per device of the mesh
-    if mesh is not None and part == "outer" and not was_inner_split and factor != mesh.size:
-        raise DefinitionError(f"parallelize: logical axis {logical} is split into {factor} blocks but "
+    if mesh is not None and blocks is not None and blocks != mesh.size:  # one block per device
+        raise DefinitionError(f"parallelize: logical axis {logical} is split into {blocks} blocks but "
                               f"{tensor!r}'s mesh has {mesh.size} devices")
     shard(tensor, logical)
 

@@ -67,8 +67,9 @@ class UserEntry:
     """The executor cache entry of a user-scheduled definition: one host program (one segment)
     per input signature, looked up by `fuser.host.executor.run` as an entry's."""
 
-    #: a user schedule never runs stream loops (refused when building the runner)
+    #: a user schedule never runs stream loops or shards (refused when building the runner)
     stream_loops = False
+    sharded = False
 
     def __init__(self, fusion: Any) -> None:
         self.fusion = fusion

@@ -39,6 +39,7 @@ from .ir import (
     Synchronize,
     Wait,
 )
+from .communication import start
 from .graphs import LoopGraphs, issue_lock, loop_regions, usable
 from .lower import as_declared
 
@@ -328,7 +329,8 @@ class HostIrEvaluator:
     def _loop(self, e: ForLoop, state: "_State") -> None:
         env = state.env
         stop = int(env[e.stop] if e.stop in env else state.ref.value(e.stop))
-        if e.is_join:
+        join = e.is_join
+        if join:
             # a join: worker streams repeat every NUM_STREAMS iterations, and a wait on a
             # stream covers all the work queued on it, so one wait per worker is the same
             stop = min(stop, NUM_STREAMS)
@@ -338,7 +340,7 @@ class HostIrEvaluator:
             for b in e.body:
                 handlers[type(b)](b, state)
         env.pop(e.index, None)
-        if e.is_join and state.deferred:
+        if join and state.deferred:
             self._finish_deferred(state)
 
     def _graphed_loop(self, g: LoopGraphs, state: "_State") -> None:
@@ -410,8 +412,6 @@ class HostIrEvaluator:
             (cur if cur is not None else torch.cuda.current_stream(self.device)).wait_event(ev)
 
     def _communicate(self, e: Communication, state: "_State") -> None:
-        from .communication import start
-
         env = state.env
         # a stream loop's chunk of a whole output allocated before the loop
         dest = env.get(e.out)

@@ -20,7 +20,7 @@ from fuser.runtime.info import runtime_info
 from .evaluator import HostIrEvaluator
 from .lower import insert_deallocations, lower_communications, lower_segmented
 from .communication import ensure_groups
-from .sharded import agree, is_sharded, sharded_fusion, sharded_should_merge
+from .sharded import agree, sharded_fusion, sharded_should_merge
 from .streams import has_stream_axes, lower_streams, should_merge
 
 #: input signatures remembered per fusion before the oldest is forgotten
@@ -78,22 +78,22 @@ def segmented_runner(entry: Any, inputs: Sequence[Any], device: Any = None, bind
         dev = torch.device(device) if device is not None else None
         # (the signature holds each tensor's device: a cached call was checked at its first)
         check_one_device(inputs, fusion)
-        sharding = getattr(entry, "shards", True) and (placements or is_sharded(fusion))
-        if binding is None and not sharding:  # (a sharded fusion binds its propagated copy)
-            binding = bind_inputs(fusion, inputs, device=dev)
-        # a sharded fusion skips the passes (they would rewrite placed inputs); its segments,
-        # ordinary fusions on blocks, run them when they are segmented
-        pre = PresegFusion(fusion) if sharding else preseg_fusion(entry)
-        if pre.fusion is not fusion and not sharding:
-            # the passes' copy has its own values (and inputs it reads the same tensors as)
-            fusion = pre.fusion
-            binding = bind_inputs(fusion, inputs, device=dev)
         sharded = None
-        if sharding:
-            # shardings propagated, reshardings inserted (on a copy, once per definition)
-            sharded, pre = sharded_fusion(entry, pre, placements, keep_partial=bool(placements))
+        if placements or entry.sharded:
+            # shardings propagated, reshardings inserted (a copy, once per input placement);
+            # the pre-segmentation passes are left to its segments, ordinary fusions on blocks
+            # (they would rewrite placed inputs)
+            sharded, pre = sharded_fusion(entry, placements, keep_partial=bool(placements))
             fusion = sharded.fusion
             binding = bind_inputs(fusion, inputs, device=dev)
+        else:
+            if binding is None:
+                binding = bind_inputs(fusion, inputs, device=dev)
+            pre = preseg_fusion(entry)
+            if pre.fusion is not fusion:
+                # the passes' copy has its own values (and inputs it reads the same tensors as)
+                fusion = pre.fusion
+                binding = bind_inputs(fusion, inputs, device=dev)
         if dump_enabled("fusion_ir_preseg"):
             dump("fusion_ir_preseg", "Fusion IR after pre-segmenter optimization passes:\n" + fusion_str(fusion))
         info = runtime_info(fusion, binding.tensors, binding=binding)
@@ -148,12 +148,13 @@ def preseg_fusion(entry: Any) -> PresegFusion:
     return got
 
 
-def run(entry: Any, inputs: Sequence[Any], *, device: Any = None, placements: tuple | None = None) -> list[torch.Tensor]:
-    """Execute a cached fusion on `inputs`: aliased outputs are written into their inputs
-    and left out of the returned list. A sharded fusion's ranks first agree that each
-    could start (`fuser.host.sharded.agree`): a rank that fails raises on every rank
-    instead of leaving the others waiting in a collective."""
-    runner = runner_for(entry, inputs, device, placements)
+def run(entry: Any, inputs: Sequence[Any], *, device: Any = None, placements: tuple | None = None,
+        runner: Any = None) -> list[torch.Tensor]:
+    """Execute a cached fusion on `inputs` (with `runner`, `runner_for`'s already: the
+    profiler's); aliased outputs are written into their inputs and left out of the
+    returned list."""
+    if runner is None:
+        runner = runner_for(entry, inputs, device, placements)
     entry.last_runner = runner
     outs = runner.run(inputs)
     fusion = entry.fusion
@@ -173,12 +174,9 @@ def run(entry: Any, inputs: Sequence[Any], *, device: Any = None, placements: tu
 
 def runner_for(entry: Any, inputs: Sequence[Any], device: Any = None, placements: tuple | None = None):
     """The runner for this call: `segmented_runner`'s, agreed on by every rank for a
-    sharded fusion (`agreed_runner`)."""
-    known = getattr(entry, "__dict__", None)
-    sharded = known.get("_is_sharded") if known is not None else False
-    if sharded is None:
-        sharded = entry._is_sharded = is_sharded(entry.fusion)
-    if placements or sharded:
+    sharded fusion (`agreed_runner`: a rank that fails raises on every rank instead of
+    leaving the others waiting in a collective)."""
+    if placements or entry.sharded:
         return agreed_runner(entry, inputs, device, placements)
     return segmented_runner(entry, inputs, device)
 
@@ -204,7 +202,7 @@ class _UnitEntry:
     #: a unit runs one iteration's slices: its stream-parallel axes are the loop's, not its own
     stream_loops = False
     #: a unit is one device's work on its blocks (a sharded fusion's segment)
-    shards = False
+    sharded = False
 
     def __init__(self, fusion: Any) -> None:
         self.fusion = fusion

@@ -9,28 +9,24 @@ from typing import Any, Callable
 import torch
 
 from fuser.options import disabled
-from fuser.multidevice.sharding import ShardedFusion, is_sharded, shard_fusion
+from fuser.multidevice.sharding import ShardedFusion, shard_fusion
 from fuser.preseg import PresegFusion
 from fuser.segment import SegmentedGroup
 
 
-def sharded_fusion(entry: Any, pre: PresegFusion, placements: Any = None,
-                   keep_partial: bool = False) -> tuple[ShardedFusion, PresegFusion]:
-    """`pre`'s fusion with shardings propagated and reshardings inserted (a copy, cached
+def sharded_fusion(entry: Any, placements: Any = None, keep_partial: bool = False) -> tuple[ShardedFusion, PresegFusion]:
+    """The entry's fusion with shardings propagated and reshardings inserted (a copy, cached
     on the entry per `placements`: input position -> Sharding, for DTensor inputs), and a
     PresegFusion whose values map back to the defined fusion's."""
-    cache = entry.__dict__.setdefault("_sharded", {})
-    key = (id(pre.fusion), placements, keep_partial)
-    got = cache.get(key)
+    key = (placements, keep_partial)
+    got = entry.sharded_copies.get(key)
     if got is None:
-        copy, memo = pre.fusion.clone()
-        overrides = None
-        if placements:
-            overrides = {copy.inputs[k]: s for k, s in placements}
+        copy, memo = entry.fusion.clone()
+        overrides = {copy.inputs[k]: s for k, s in placements} if placements else None
         sharded = shard_fusion(copy, overrides, keep_partial)
         live = set(copy.vals())
-        original = {new: pre.to_original(old) for old, new in memo.items() if new in live}
-        got = cache[key] = (sharded, PresegFusion(copy, original, pre.applied + ("shard",)))
+        original = {new: old for old, new in memo.items() if new in live}
+        got = entry.sharded_copies[key] = (sharded, PresegFusion(copy, original, ("shard",)))
     return got
 
 
@@ -124,4 +120,4 @@ def agree(inputs: Any, failure: BaseException | None) -> None:
                          "passes its own block of every sharded input, and the same replicated inputs")
 
 
-__all__ = ["agree", "is_sharded", "sharded_fusion", "sharded_should_merge"]
+__all__ = ["agree", "sharded_fusion", "sharded_should_merge"]

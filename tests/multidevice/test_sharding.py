@@ -261,7 +261,7 @@ def test_a_collective_that_times_out_names_its_communication(comm, mesh, monkeyp
 
     import torch.distributed as dist
 
-    from fuser.host import communication
+    from fuser.host import communication, evaluator
 
     short = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=3))  # every rank makes it
     monkeypatch.setattr(communication, "_group", lambda team: (short, True))
@@ -270,7 +270,7 @@ def test_a_collective_that_times_out_names_its_communication(comm, mesh, monkeyp
         fd.add_output(fd.ops.sum(x, [0]))
     x = torch.randn(2, 3)
     if comm.rank() == 1:
-        monkeypatch.setattr(communication, "start", lambda c, t, dest=None: communication.Pending(None, lambda: t))
+        monkeypatch.setattr(evaluator, "start", lambda c, t, dest=None: communication.Pending(None, lambda: t))
         fd.execute([x])
     else:
         with pytest.raises(RuntimeError, match=r"Communication 0 \(allreduce of T\d+_g_float\[.*\]\) failed"):
