@@ -29,3 +29,25 @@ def test_the_multidevice_tests_pass_on_two_cpu_ranks_with_gloo(tmp_path):
     for _, line in summaries:
         assert "failed" not in line and "error" not in line, line
         assert int(line.split()[0]) >= 20, line
+
+
+@pytest.mark.gpu
+def test_a_nccl_collective_a_rank_never_joins_is_named_before_the_process_ends():
+    """Rank 1 skips an allreduce; rank 0 hangs in it on its GPU. Within FUSER_COMM_TIMEOUT
+    fuser's watch names the host program's communication (NCCL's watchdog, which ends
+    the process later, names only a sequence number)."""
+    import torch
+
+    if not torch.cuda.is_available() or torch.cuda.device_count() < 2:
+        pytest.skip("needs two CUDA GPUs (NCCL)")
+    env = dict(os.environ, FUSER_COMM_TIMEOUT="4", PYTHONPATH=os.pathsep.join(p for p in sys.path if p),
+               NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1", NVSHMEM_DISABLE_NVLS="1")
+    env.pop("WORLD_SIZE", None)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--tee", "3", "--standalone",
+           str(HERE / "multidevice" / "hung_collective.py")]
+    got = subprocess.run(cmd, cwd=HERE.parent, env=env, capture_output=True, text=True, timeout=180)
+    out = got.stdout + got.stderr
+    assert got.returncode != 0, out[-4000:]
+    # (NCCL's watchdog, at 4 * 1.1 + 5 s, words its message otherwise)
+    assert re.search(r"\[default0\]:fuser: rank 0: Communication 0 \(allreduce of T\d+_\w+\[.*\]\) has not "
+                     r"finished after 4 s", out), out[-6000:]

@@ -208,7 +208,10 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit("the tensor-parallel benchmarks need GPUs (NCCL): start them with torchrun on a GPU host")
     T, H = (512, 256) if a.quick else (a.tokens, a.hidden)
     m = mlp(comm, T, H, a.iters) if a.only != "overlap" else None
-    rows = [overlap(comm, T, H * 4 if not a.quick else 1024, H, c, a.iters, a.trace and c == 4) for c in (2, 4, 8)
+    # K = 4H: the MLP's second linear; K = H: attention's output projection (less compute
+    # per byte reduced, so more to hide)
+    cases = [(4 * H, c) for c in (2, 4, 8)] + [(H, c) for c in (4, 8)]
+    rows = [overlap(comm, T, K, H, c, a.iters, a.trace and (K, c) == (4 * H, 4)) for K, c in cases
             ] if a.only != "mlp" else []
     if comm.rank() == 0 and m is not None:
         name = torch.cuda.get_device_name()
@@ -221,13 +224,13 @@ def main(argv: list[str] | None = None) -> None:
         print(f"| backward | {m['fuser bwd']:.3f} | {m['eager bwd']:.3f} | {m['fuser bwd, 1 GPU']:.3f} | — |")
     if comm.rank() == 0 and rows:
         name = torch.cuda.get_device_name()
-        K = H * 4 if not a.quick else 1024
-        print(f"\nrow-parallel linear [{T}, {K}] x [{H}, {K}]^T + allreduce on {comm.size()} x {name} (ms per call)")
-        print("| chunks | pipelined (stream axis) | not pipelined | eager linear + all_reduce | pipelined / not | "
+        print(f"\nrow-parallel linear [{T}, K] x [{H}, K]^T + allreduce, K sharded, on {comm.size()} x {name} "
+              "(ms per call)")
+        print("| K | chunks | pipelined (stream axis) | not pipelined | eager linear + all_reduce | pipelined / not | "
               "host issue: pipelined | not pipelined |")
-        print("|---|---|---|---|---|---|---|")
-        for c, r in zip((2, 4, 8), rows):
-            print(f"| {c} | {r['pipelined']:.3f} | {r['not pipelined']:.3f} | {r['eager']:.3f} | "
+        print("|---|---|---|---|---|---|---|---|")
+        for (K, c), r in zip(cases, rows):
+            print(f"| {K} | {c} | {r['pipelined']:.3f} | {r['not pipelined']:.3f} | {r['eager']:.3f} | "
                   f"{r['pipelined'] / r['not pipelined']:.2f} | {r['pipelined host']:.3f} | {r['not pipelined host']:.3f} |")
 
 

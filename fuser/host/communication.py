@@ -60,12 +60,90 @@ class Pending:
         self.dest: Any = None
 
     def result(self) -> torch.Tensor:
+        """The output, once the current stream waits for it (gloo: once it is done)."""
         if self.work is not None:
             try:
                 self.work.wait()
             except Exception as err:  # a timeout, or a peer that failed
                 raise RuntimeError(f"{self.what} failed: {err}") from err
+            if _WATCH.on and isinstance(self.what, _What):
+                _WATCH.add(self.what)
         return self.finish()
+
+
+class _Watch:
+    """Names a GPU communication that has not finished within FUSER_COMM_TIMEOUT.
+
+    A NCCL collective a peer never joins does not fail in the waiting stream: NCCL's
+    watchdog ends the process after the group's timeout, naming only a sequence number.
+    An event recorded after each Wait, checked by a thread every half second, lets fuser
+    say first which Communication of the host program it was."""
+
+    def __init__(self) -> None:
+        import collections
+
+        self.queue: Any = collections.deque()  # (deadline, event, what), oldest first
+        self.spare: list[Any] = []  # events whose communication finished, to record again
+        self.thread: Any = None
+        self.on = False
+
+    def start(self, timeout_s: float) -> None:
+        """Watch the communications of a process whose collectives run on GPUs."""
+        import threading
+
+        self.timeout_s = timeout_s
+        if self.thread is None:
+            self.thread = threading.Thread(target=self._run, name="fuser-communication-watch", daemon=True)
+            self.thread.start()
+        self.on = True
+
+    def add(self, what: Any) -> None:
+        import time
+
+        if torch.cuda.is_current_stream_capturing():
+            return
+        ev = self.spare.pop() if self.spare else torch.cuda.Event()
+        ev.record()
+        self.queue.append((time.monotonic() + self.timeout_s, ev, what))
+
+    def _run(self) -> None:
+        import sys
+        import time
+
+        while True:
+            time.sleep(0.5)
+            queue = self.queue
+            while queue:
+                deadline, ev, what = queue[0]
+                if ev.query():
+                    queue.popleft()
+                    self.spare.append(ev)
+                elif time.monotonic() > deadline:
+                    queue.popleft()
+                    print(f"fuser: rank {_rank()}: {what} has not finished after {self.timeout_s:.0f} s "
+                          "(FUSER_COMM_TIMEOUT): a device of its team did not join it (it failed, or ran other "
+                          "communications)", file=sys.stderr, flush=True)
+                else:
+                    break
+
+
+_WATCH = _Watch()
+
+
+#: the check of the ranks' agreement on the call in flight, made before its first
+#: communication (the host issues the call's local work while the ranks agree)
+_UNSETTLED: list[Callable[[], None]] = []
+
+
+def defer_agreement(check: Callable[[], None]) -> None:
+    """Run `check` (it raises where the ranks disagree) before the next communication."""
+    _UNSETTLED.append(check)
+
+
+def settle() -> None:
+    """Check the ranks' agreement on this call, when it is still to be checked."""
+    while _UNSETTLED:
+        _UNSETTLED.pop(0)()
 
 
 def ensure_groups(teams: Any) -> None:
@@ -73,6 +151,10 @@ def ensure_groups(teams: Any) -> None:
     the same order: torch.distributed makes a group with every rank)."""
     import torch.distributed as dist
 
+    if not _WATCH.on and dist.get_backend() != "gloo":
+        from fuser.multidevice.communicator import TIMEOUT_S
+
+        _WATCH.start(TIMEOUT_S)
     for team in teams:
         key = tuple(sorted(team))
         if key not in _GROUPS:
@@ -138,6 +220,8 @@ def start(c: Communication, x: torch.Tensor | None, dest: Any = None) -> Pending
     end up (written directly where the layout allows; a receiver's buffer)."""
     import torch.distributed as dist
 
+    if _UNSETTLED:
+        settle()
     team, d = c.team, len(c.team)
     what = _What(c)
     if c.kind == "local_slice":
@@ -161,7 +245,12 @@ def start(c: Communication, x: torch.Tensor | None, dest: Any = None) -> Pending
     group, gloo = _group(team)
     if c.kind == "allreduce":
         buf = x.contiguous() if c.in_place else x.clone(memory_format=torch.contiguous_format)
-        work = dist.all_reduce(buf, op=getattr(dist.ReduceOp, _REDUCE[c.op]), group=group, async_op=True)
+        # the process group's own call: torch.distributed's wrapper (checks, logging) cost
+        # as much host time as the collective's launch, once per chunk of a stream loop
+        opts = dist.AllreduceOptions()
+        opts.reduceOp = getattr(dist.ReduceOp, _REDUCE[c.op])
+        opts.asyncOp = True
+        work = (group if group is not None else dist.group.WORLD).allreduce([buf], opts)
         return Pending(work, lambda: buf, what)
     if c.kind == "allgather":
         src = _front(x, c.axis)

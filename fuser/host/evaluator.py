@@ -340,8 +340,6 @@ class HostIrEvaluator:
             for b in e.body:
                 handlers[type(b)](b, state)
         env.pop(e.index, None)
-        if join and state.deferred:
-            self._finish_deferred(state)
 
     def _graphed_loop(self, g: LoopGraphs, state: "_State") -> None:
         """A stream loop and its join: replayed from a CUDA graph where one was captured
@@ -380,7 +378,10 @@ class HostIrEvaluator:
     def _stream(self, s: Stream, state: "_State") -> Any:
         if s.index is not None:
             return state.worker(int(state.env[s.index]), self.device)
-        return state.streams[s.number]
+        got = state.streams.get(s.number)
+        if got is None:  # a stream the program names but did not read from the caller: its own
+            got = state.streams[s.number] = _numbered_stream(self.device, s.number)
+        return got
 
     def _get_stream(self, e: GetCurrentStream, state: "_State") -> None:
         if self.device.type == "cuda":
@@ -422,28 +423,15 @@ class HostIrEvaluator:
             self._finish(pending, e, state)
 
     def _wait(self, e: Wait, state: "_State") -> None:
-        env = state.env
-        pending = env[e.out]
-        if e.deferred:
-            state.deferred.append(pending)  # finished on the caller's stream at the join
-            return
-        self._finish(pending, e, state)
-
-    def _finish_deferred(self, state: "_State") -> None:
-        """At a stream loop's join (the caller's stream current): wait for the
-        communications the iterations left running and put their results in place."""
-        got, state.deferred = state.deferred, []
-        for pending in got:
-            self._finish(pending, None, state)
+        self._finish(state.env[e.out], e, state)
 
     def _finish(self, pending: Any, e: Any, state: "_State") -> None:
-        env = state.env
         got = pending.result()
-        if isinstance(pending.dest, torch.Tensor) and pending.dest is not got:
-            pending.dest.copy_(got)
-            got = pending.dest
-        if e is not None:
-            env[e.out] = got
+        dest = pending.dest
+        if isinstance(dest, torch.Tensor) and dest is not got and not _same_view(dest, got):
+            dest.copy_(got)
+            got = dest
+        state.env[e.out] = got
 
     def _select(self, e: HirAliasSelect, state: "_State") -> None:
         env = state.env
@@ -453,7 +441,7 @@ class HostIrEvaluator:
 class _State:
     """One execution's values, reference executor, random-number draw and streams."""
 
-    __slots__ = ("env", "ref", "drawn", "streams", "raw", "current", "marks", "deferred")
+    __slots__ = ("env", "ref", "drawn", "streams", "raw", "current", "marks")
 
     def __init__(self, env: dict, ref: ReferenceExecutor, drawn: Any) -> None:
         self.env = env
@@ -467,8 +455,6 @@ class _State:
         self.marks: dict[int, Any] = {}
         #: inputs as given where `env` holds the reference executor's view of them
         self.raw: dict[Val, Any] = {}
-        #: communications a stream loop's iterations started and its join waits for
-        self.deferred: list[Any] = []
 
     @staticmethod
     def worker(i: int, device: torch.device) -> Any:
@@ -478,6 +464,24 @@ class _State:
 _WORKERS: dict[Any, list] = {}
 #: per stream handle: the event Synchronize records on it
 _EVENTS: dict[int, Any] = {}
+
+
+_NUMBERED: dict[tuple, Any] = {}
+
+
+def _numbered_stream(device: torch.device, number: int) -> Any:
+    """The stream a program's `Stream number` names when the caller's was not read into it
+    (a stage loop's stages: made once per device and number)."""
+    key = (device.index, number)
+    got = _NUMBERED.get(key)
+    if got is None:
+        got = _NUMBERED[key] = torch.cuda.Stream(device)
+    return got
+
+
+def _same_view(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two tensors are the same elements of the same buffer."""
+    return a.data_ptr() == b.data_ptr() and a.shape == b.shape and a.stride() == b.stride()
 
 
 def _worker_streams(device: torch.device) -> list:
@@ -523,6 +527,15 @@ def _aten(x: Any, args: Sequence[Any], out: Any) -> Any:
         return torch.matmul(args[0], args[1])
     if args[1].ndim != 2:  # a 1-D weight: the reference executor's special cases
         return None
+    x, w = args[0], args[1]
+    if isinstance(out, torch.Tensor) and out.is_contiguous() and x.ndim >= 2:
+        # straight into `out` (a stream loop's chunk of a buffer): no product to copy in
+        x2, o2 = x.reshape(-1, x.shape[-1]), out.view(-1, out.shape[-1])
+        if len(args) > 2 and args[2] is not None:
+            torch.addmm(args[2], x2, w.t(), out=o2)
+        else:
+            torch.mm(x2, w.t(), out=o2)
+        return out
     got = torch.nn.functional.linear(*args)
     if isinstance(out, torch.Tensor):
         out.copy_(got)

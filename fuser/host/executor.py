@@ -19,7 +19,7 @@ from fuser.runtime.info import runtime_info
 
 from .evaluator import HostIrEvaluator
 from .lower import insert_deallocations, lower_communications, lower_segmented
-from .communication import ensure_groups
+from .communication import ensure_groups, settle
 from .sharded import agree, sharded_fusion, sharded_should_merge
 from .streams import has_stream_axes, lower_streams, should_merge
 
@@ -157,6 +157,8 @@ def run(entry: Any, inputs: Sequence[Any], *, device: Any = None, placements: tu
         runner = runner_for(entry, inputs, device, placements)
     entry.last_runner = runner
     outs = runner.run(inputs)
+    if entry.sharded or placements:
+        settle()  # (a program that never communicates)
     fusion = entry.fusion
     if not fusion.output_aliases:
         return outs
@@ -190,8 +192,11 @@ def agreed_runner(entry: Any, inputs: Sequence[Any], device: Any = None, placeme
         failure = None
     except Exception as err:  # every rank must hear of it before it raises
         runner, failure = None, err
-    agree(inputs, failure)
-    ensure_groups(runner.program.teams)
+    teams = runner.program.teams if runner is not None else ()
+    # a call that can start issues its local work while the ranks agree, unless it must
+    # first make process groups with every rank
+    agree(inputs, failure, defer=not teams)
+    ensure_groups(teams)
     return runner
 
 

@@ -151,7 +151,8 @@ class Deallocate(HostExpr):
 @dataclass(frozen=True, eq=False)
 class Stream:
     """A stream the host program names: `Stream n` (a stream read from the caller with
-    GetCurrentStream) or, with `index`, worker stream `index % number_of_streams`."""
+    GetCurrentStream, or else a stream of its own, the same one on every run) or, with
+    `index`, worker stream `index % number_of_streams`."""
 
     number: int | None = None
     index: Scalar | None = None
@@ -263,16 +264,13 @@ class Wait(HostExpr):
 
     number: int
     out: TensorView
-    #: in a stream loop, where nothing in the iteration reads the result: the caller's
-    #: stream waits at the loop's join, so the worker goes on to its next chunk's work
-    deferred: bool = False
 
     @property
     def outputs(self) -> tuple[Val, ...]:  # type: ignore[override]
         return ()
 
     def text(self, indent: str) -> str:
-        return f"{indent}Wait Communication {self.number}{' (at the join)' if self.deferred else ''}\n"
+        return f"{indent}Wait Communication {self.number}\n"
 
 
 @dataclass(frozen=True, eq=False)
@@ -297,8 +295,9 @@ class ForLoop(HostExpr):
 
     @property
     def on_workers(self) -> bool:
-        """Whether the body runs on worker streams (a stream loop's work)."""
-        return any(isinstance(b, SetCurrentStream) and b.stream.index is not None for b in self.body)
+        """Whether the body runs on streams other than the caller's (a stream loop's work:
+        round-robin workers, or a stage loop's stage streams)."""
+        return any(isinstance(b, SetCurrentStream) for b in self.body)
 
     @property
     def is_join(self) -> bool:

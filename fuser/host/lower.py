@@ -187,12 +187,19 @@ def _released_after(exprs: Sequence[HostExpr], k: int) -> int:
     could be reused on the caller's stream while a worker still reads it."""
     from .ir import Communication, Wait
 
+    from .ir import SetCurrentStream, Synchronize
+
     e = exprs[k]
     if isinstance(e, Communication):  # the collective reads it until its Wait
         return next((j for j in range(k + 1, len(exprs)) if isinstance(exprs[j], Wait) and exprs[j].number == e.number), k)
     if not (isinstance(e, ForLoop) and e.on_workers):
         return k
-    return next((j for j in range(k + 1, len(exprs)) if isinstance(exprs[j], ForLoop) and exprs[j].is_join), k)
+    # the join: back on the caller's stream, which waits for each worker or stage stream
+    j = k
+    while j + 1 < len(exprs) and (isinstance(exprs[j + 1], (SetCurrentStream, Synchronize)) or (
+            isinstance(exprs[j + 1], ForLoop) and exprs[j + 1].is_join)):
+        j += 1
+    return j
 
 
 def as_declared(x: Any, tv: Val) -> Any:

@@ -22,6 +22,27 @@ the worker at the end of each iteration). The next iteration's worker then waits
 caller, which waits for the previous worker: every iteration runs after the one before
 and nothing overlaps. The join loop after it (as nvFuser's later AssignStreams pass does)
 leaves the iterations free to run side by side.
+
+A loop holding communications (a sharded fusion's pipelining) is cut into stages at each
+communication instead, and each stage runs on a stream of its own for every iteration:
+
+    FOR StreamIdx in <the stream axis>:
+      SetCurrentStream to Stream n+1            (stage 0: chunk i's matmul, then its collective)
+      Synchronize Stream n
+      ...
+      Communication k
+      SetCurrentStream to Stream n+2            (stage 1: what reads the collective's result)
+      Synchronize Stream n+1
+      Wait Communication k
+      ...
+    SetCurrentStream to Stream n
+    Synchronize Stream n+1
+    Synchronize Stream n+2
+
+Round-robin streams would run every chunk's matmul at once (on an H200 four chunk GEMMs
+shared the GPU and ended together), so no collective could start before the last matmul
+ended; a stage's stream runs its chunks in order, and chunk i's collective (on the
+communicator's own stream) overlaps chunk i+1's matmul.
 """
 from __future__ import annotations
 
@@ -114,13 +135,17 @@ def lower_streams(program: HostIrContainer) -> HostIrContainer:
     exact = ExactMap(program.fusion)
     out: list[HostExpr] = []
     run: list[HostExpr] = []
-    loops = 0
+    number = 0  # the next free stream number (a loop's caller; a stage loop's stages after it)
+    aliases = dict(program.aliases)
 
     def flush() -> None:
-        nonlocal loops
+        nonlocal number
         if run:
-            out.extend(_loop(run, exact, program.fusion, 2 * loops))
-            loops += 1
+            ends = stage_ends(run)
+            stages = sum(ends)
+            out.extend(_loop(run, exact, program.fusion, number) if not stages
+                       else _stage_loop(run, exact, program.fusion, number, aliases, ends))
+            number += 2 + stages + (stages % 2)  # (even: the caller numbers of seed 004's dumps, 0, 2, ...)
             run.clear()
 
     for e in exprs:
@@ -131,7 +156,7 @@ def lower_streams(program: HostIrContainer) -> HostIrContainer:
             flush()
             out.append(e)
     flush()
-    return program.with_exprs(out)
+    return replace(program.with_exprs(out), aliases=aliases)
 
 
 def _out_axis(e: HostExpr) -> int | None:
@@ -193,16 +218,57 @@ def _on_slice(c: Communication, axis: int | None, stream: int | None) -> int | N
 
 
 def _loop(run: list[HostExpr], exact: ExactMap, fusion: Fusion, number: int) -> list[HostExpr]:
-    first = run[0]
-    out_tv = next(o for o in first.outputs if stream_axis(o) is not None)
-    axis = out_tv.logical_no_reductions()[stream_axis(out_tv)]
-    index = host_index(fusion)
+    """A compute loop: iteration i on worker stream i % numberOfStreams, then the join."""
+    index, axis, before = _loop_head(run, fusion, number)
     caller, worker = Stream(number=number), Stream(index=index)
+    body = _loop_body(run, exact, axis, index, [SetCurrentStream(worker), Synchronize(caller)])
+    join = ForLoop(index, axis.extent, (Synchronize(worker),), axis=axis)
+    return before + [ForLoop(index, axis.extent, tuple(body), axis=axis), SetCurrentStream(caller), join]
+
+
+def stage_ends(run: Sequence[HostExpr]) -> list[bool]:
+    """Per expression of a loop's run: whether it ends a stage (a communication: what
+    follows it runs on the next stage's stream). None ends one in a compute loop."""
+    return [isinstance(e, Communication) for e in run]
+
+
+def _stage_loop(run: list[HostExpr], exact: ExactMap, fusion: Fusion, number: int,
+                aliases: dict[Val, Val], ends: Sequence[bool]) -> list[HostExpr]:
+    """A loop cut into stages (`ends`: after which expressions): stage k runs on stream
+    number+1+k for every iteration, then the caller waits for each stage. An allreduce
+    that may write its input, a buffer the loop allocates, has its result there
+    (`aliases`): no copy per chunk."""
+    written = {o for e in run for o in e.outputs}
+    for e in run:
+        if isinstance(e, Communication) and e.kind == "allreduce" and e.in_place and e.inp in written:
+            aliases[e.out] = e.inp
+    index, axis, before = _loop_head(run, fusion, number)
+    caller = Stream(number=number)
+    stages = [Stream(number=number + 1 + k) for k in range(1 + sum(ends))]
+    body = _loop_body(run, exact, axis, index, [SetCurrentStream(stages[0]), Synchronize(caller)], stages, ends)
+    after: list[HostExpr] = [SetCurrentStream(caller)]
+    after.extend(Synchronize(s) for s in stages)
+    return before + [ForLoop(index, axis.extent, tuple(body), axis=axis)] + after
+
+
+def _loop_head(run: list[HostExpr], fusion: Fusion, number: int) -> tuple[Val, IterDomain, list[HostExpr]]:
+    """A stream loop's index, its stream axis, and what precedes it: an Allocate of each
+    tensor it writes (whole, once), and GetCurrentStream of the caller's stream."""
+    out_tv = next(o for o in run[0].outputs if stream_axis(o) is not None)
+    axis = out_tv.logical_no_reductions()[stream_axis(out_tv)]
     written = [o for e in run for o in e.outputs if isinstance(o, TensorView)]
     before: list[HostExpr] = [Allocate(tv) for tv in written]  # type: ignore[arg-type]
-    before.append(GetCurrentStream(caller))
-    body: list[HostExpr] = [SetCurrentStream(worker), Synchronize(caller)]
+    before.append(GetCurrentStream(Stream(number=number)))
+    return host_index(fusion), axis, before
+
+
+def _loop_body(run: list[HostExpr], exact: ExactMap, axis: IterDomain, index: Val, body: list[HostExpr],
+               stages: Sequence[Stream] = (), ends: Sequence[bool] = ()) -> list[HostExpr]:
+    """One iteration: `body`'s stream set-up, then each expression of `run` on its slices
+    (selected as first read); with `stages`, the next stage's stream after each
+    expression `ends` marks."""
     slices: dict[Val, tuple[TensorView, int]] = {}
+    stage = 0
 
     def sliced(v: Val) -> tuple[Val, int | None]:
         got = slices.get(v)
@@ -219,11 +285,10 @@ def _loop(run: list[HostExpr], exact: ExactMap, fusion: Fusion, number: int) -> 
     # the slices of communications' outputs (what later expressions of the loop read)
     after_communication = frozenset()
     current: HostExpr | None = None
-    for k, e in enumerate(run):
+    for n, e in enumerate(run):
         current = e
         if isinstance(e, Wait):
-            read_later = any(e.out in later.inputs for later in run[k + 1:])
-            body.append(Wait(e.number, sliced(e.out)[0], deferred=not read_later))  # type: ignore[arg-type]
+            body.append(Wait(e.number, sliced(e.out)[0]))  # type: ignore[arg-type]
             continue
         ins = [sliced(v) for v in e.inputs]
         outs = [sliced(v) for v in e.outputs]
@@ -244,5 +309,7 @@ def _loop(run: list[HostExpr], exact: ExactMap, fusion: Fusion, number: int) -> 
         else:
             body.append(PostOnStream(e.unit, tuple(v for v, _ in ins), tuple(v for v, _ in outs),  # type: ignore[union-attr]
                                      in_axes=in_axes, out_axes=out_axes))
-    join = ForLoop(index, axis.extent, (Synchronize(worker),), axis=axis)
-    return before + [ForLoop(index, axis.extent, tuple(body), axis=axis), SetCurrentStream(caller), join]
+        if stages and ends[n]:  # what follows waits for it on the next stage's stream
+            stage += 1
+            body += [SetCurrentStream(stages[stage]), Synchronize(stages[stage - 1])]
+    return body

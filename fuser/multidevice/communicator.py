@@ -2,6 +2,7 @@
 (NCCL on GPUs, gloo on CPU), started from torchrun's environment when nobody started it."""
 from __future__ import annotations
 
+import atexit
 import datetime
 import os
 from typing import Any
@@ -10,6 +11,13 @@ import torch
 
 #: how long a collective may wait for the other ranks before it fails (FUSER_COMM_TIMEOUT s)
 TIMEOUT_S = float(os.environ.get("FUSER_COMM_TIMEOUT", "300"))
+
+
+def _destroy() -> None:
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 class Communicator:
@@ -35,7 +43,13 @@ class Communicator:
             kwargs: dict[str, Any] = {"backend": backend, "timeout": datetime.timedelta(seconds=TIMEOUT_S)}
             if backend == "nccl":
                 kwargs["device_id"] = torch.device("cuda", local)
+                # NCCL's watchdog ends the process at the group's timeout: fuser's watch
+                # (fuser.host.communication) names the hung communication a little before
+                kwargs["timeout"] = datetime.timedelta(seconds=TIMEOUT_S * 1.1 + 5)
             dist.init_process_group(**kwargs)
+            # the group we started ends with the process (left to interpreter exit, its
+            # threads abort the process: "terminate called without an active exception")
+            atexit.register(_destroy)
         self._dist = dist
 
     @classmethod

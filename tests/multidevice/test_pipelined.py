@@ -28,6 +28,17 @@ def _loop_body(fd) -> str:
     return body.group(1)
 
 
+def _in_order(text: str, *parts: str) -> bool:
+    """Whether each of `parts` occurs in `text`, each after the one before."""
+    at = 0
+    for p in parts:
+        at = text.find(p, at)
+        if at < 0:
+            return False
+        at += len(p)
+    return True
+
+
 def _row_parallel(mesh, out_axis=None):
     """linear(x [C, T, K], w [N, K]) with K sharded, over C on streams; the output replicated
     (an allreduce per chunk) or sharded on `out_axis` (a reduce-scatter per chunk)."""
@@ -54,8 +65,17 @@ def test_row_parallel_linear_pipelines_each_chunk_with_its_allreduce(comm, mesh,
         assert_close(out, torch.nn.functional.linear(x, w))
         out.fill_(float("nan"))
     body = _loop_body(fd)
-    # nothing in the iteration reads the sum: the worker goes on, the caller waits at the join
-    assert "linear(" in body and "type=Allreduce" in body and "Wait Communication 0 (at the join)" in body, body
+    # stage 0 (stream 1): the chunk's linear and its allreduce; stage 1 (stream 2) waits for
+    # the sum, so the next chunk's linear does not: chunk i's allreduce runs beside chunk
+    # i+1's linear, and the linears run in order (on round-robin streams they ran at once)
+    assert _in_order(body, "SetCurrentStream to Stream 1\n", "linear(", "type=Allreduce",
+                     "SetCurrentStream to Stream 2\n", "Wait Communication 0\n"), body
+    program = fd._entry.last_runner.program
+    # the allreduce sums each chunk where the linear wrote it: the output is that buffer
+    assert program.alias_root(program.outputs[0]) is not program.outputs[0], program.aliases
+    text = str(program)
+    join = text[text.index("\n  SetCurrentStream to Stream 0\n"):]  # after the loop: the caller waits for each stage
+    assert "Synchronize Stream 1\n" in join and "Synchronize Stream 2\n" in join, text
 
 
 def test_row_parallel_linear_into_sequence_shards_pipelines_reduce_scatters(comm, mesh, seed):
@@ -85,5 +105,7 @@ def test_column_parallel_linear_pipelines_the_allgather_of_sequence_shards(comm,
     (out,) = fd.execute([block(x, 1, comm), block(w, 0, comm)])
     assert_close(out, block(torch.nn.functional.linear(x, w), 2, comm))
     body = _loop_body(fd)
-    # the chunk's linear reads the gathered rows: its worker waits for them
-    assert body.index("type=Allgather") < body.index("Wait Communication 0\n") < body.index("linear("), body
+    # the allgather is issued on stage 0's stream, which holds no compute (the next chunk's
+    # gather does not wait for this chunk's linear); the linear waits for it on stage 1's
+    assert _in_order(body, "SetCurrentStream to Stream 1\n", "type=Allgather", "SetCurrentStream to Stream 2\n",
+                     "Wait Communication 0\n", "linear("), body

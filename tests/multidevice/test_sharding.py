@@ -214,6 +214,26 @@ def test_every_rank_raises_when_one_rank_passes_a_bad_input(comm, mesh, seed):
             fd.execute([bad])
 
 
+def test_a_bad_input_after_cached_calls_stops_every_rank_and_the_next_call_runs(comm, mesh, seed):
+    """Steady state (every rank runs a cached program, so the agreement is checked where
+    the call first communicates): rank 1's bad input still stops every rank before any
+    collective, and the next good call runs on every rank."""
+    with FusionDefinition() as fd:
+        x = sharded_input(fd, 2, mesh, 0)
+        fd.add_output(fd.ops.sum(x, [0]))
+    good = torch.randn(2, 3, device=comm.device)  # the same block on every rank (one seed)
+    for _ in range(2):
+        fd.execute([good])
+    if comm.rank() == 1:
+        with pytest.raises(Exception, match=r"on rank 1; the other ranks stop too"):
+            fd.execute([torch.randn(2, 3, 4, device=comm.device)])
+    else:
+        with pytest.raises(RuntimeError, match=r"rank 1 failed before its communications"):
+            fd.execute([good])
+    (s,) = fd.execute([good])
+    assert_close(s, good.sum(0) * comm.size())
+
+
 def test_ranks_whose_blocks_differ_in_shape_all_raise(comm, mesh, seed):
     with FusionDefinition() as fd:
         x = sharded_input(fd, 2, mesh, 0)
