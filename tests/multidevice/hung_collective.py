@@ -28,4 +28,4 @@ fd.execute([block])
 torch.cuda.synchronize()  # rank 0 hangs here until NCCL's watchdog ends its group
 print(f"rank {comm.rank()} synchronized", flush=True)
 if comm.rank() == 1:
-    time.sleep(60)  # stays up: rank 0's hang is its missing peer, not an exited one
+    time.sleep(20)  # stays up: rank 0's hang is its missing peer, not an exited one
