@@ -354,6 +354,17 @@ def _reshape_of_an_expanded_input(fd, xs):
     fd.add_output(fd.ops.reshape(t0, new_shape=[56]))
 
 
+def _pad_of_an_expanded_axis_beside_a_cat(fd, xs):
+    """A pad along an expanded broadcast axis ([128, 1 ex 16]) beside a cat of the same
+    input along the other axis (GPU fuzz seed 10701 case 419): the cat's output, the resize
+    reference, holds that axis concretely (from a slice of it), and only the cat relates
+    the two; the pad's output was not reached and the segment fell back."""
+    t0 = fd.define_tensor(shape=[-1, -1], contiguity=[True, None], dtype=DataType.Float)
+    fd.add_output(fd.ops.pad(t0, [-1, 0], -2.0))
+    t9 = fd.ops.slice(t0, start_indices=[4, 0], end_indices=[48, 16])
+    fd.add_output(fd.ops.cat([t0, t9, fd.ops.abs(t0)], dim=0))
+
+
 #: (name, build, inputs): the bug classes the simulated fuzz runs found, each fixed at its
 #: cause (a wrong index, an unwritten or misread element, a spurious error)
 FOUND = [
@@ -369,6 +380,8 @@ FOUND = [
     ("reshape_of_an_expanded_input", _reshape_of_an_expanded_input,
      lambda: [_rand(7, 1).expand(7, 8), _rand(32, 33, 1).permute(2, 0, 1).expand(7, 32, 33)]),
     ("pad_inside_a_merged_inner_axis", _pad_inside_a_merged_inner_axis, lambda: [_rand(32, 3).permute(1, 0)]),
+    ("pad_of_an_expanded_axis_beside_a_cat", _pad_of_an_expanded_axis_beside_a_cat,
+     lambda: [_rand(128, 1).expand(128, 16)]),
 ]
 
 

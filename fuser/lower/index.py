@@ -385,7 +385,15 @@ class TensorIndexer:
                         pos = _div(pos, ext)
                     put(dst[0], pos, conds)
             for e in cats:
-                out_axis = e.outputs[0].logical_no_reductions()[e.dim]
+                out_axes = e.outputs[0].logical_no_reductions()
+                # the other axes: an input's expanded broadcast is at the output's position
+                # (a cat's inputs agree there; its class holds no concrete axis to map it)
+                for d, o in enumerate(out_axes):
+                    k = get(o) if d != e.dim else None
+                    if k is not None:
+                        for x in e.inputs:
+                            put(x.logical_no_reductions()[d], k[0], k[1])
+                out_axis = out_axes[e.dim]
                 ko = get(out_axis)
                 if ko is None:
                     continue
