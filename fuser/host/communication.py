@@ -107,24 +107,33 @@ class _Watch:
         self.queue.append((time.monotonic() + self.timeout_s, ev, what))
 
     def _run(self) -> None:
-        import sys
         import time
 
         while True:
             time.sleep(0.5)
-            queue = self.queue
-            while queue:
-                deadline, ev, what = queue[0]
-                if ev.query():
-                    queue.popleft()
-                    self.spare.append(ev)
-                elif time.monotonic() > deadline:
-                    queue.popleft()
-                    print(f"fuser: rank {_rank()}: {what} has not finished after {self.timeout_s:.0f} s "
-                          "(FUSER_COMM_TIMEOUT): a device of its team did not join it (it failed, or ran other "
-                          "communications)", file=sys.stderr, flush=True)
-                else:
-                    break
+            self.check(time.monotonic())
+
+    def check(self, now: float) -> None:
+        """Drop the finished communications, oldest first (their events are recorded
+        again), and name each one past its deadline, once."""
+        import sys
+
+        import torch.distributed as dist
+
+        queue = self.queue
+        while queue:
+            deadline, ev, what = queue[0]
+            if ev.query():
+                queue.popleft()
+                self.spare.append(ev)
+            elif now > deadline:
+                queue.popleft()
+                rank = dist.get_rank() if dist.is_initialized() else 0
+                print(f"fuser: rank {rank}: {what} has not finished after {self.timeout_s:.0f} s "
+                      "(FUSER_COMM_TIMEOUT): a device of its team did not join it (it failed, or ran other "
+                      "communications)", file=sys.stderr, flush=True)
+            else:
+                break
 
 
 _WATCH = _Watch()

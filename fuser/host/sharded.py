@@ -88,7 +88,8 @@ class _Channel:
         self.size = dist.get_world_size()
         self.timeout_s = TIMEOUT_S
         self.nccl = dist.get_backend() == "nccl"
-        self.every: list[tuple[int, int]] = []
+        self.every: list[torch.Tensor] = []  # gloo: every rank's (flag, fingerprint), once collected
+        self.work: Any = None
         if self.nccl:
             self.group = dist.new_group(backend="nccl", timeout=datetime.timedelta(seconds=TIMEOUT_S))
             self.device = torch.device("cuda", torch.cuda.current_device())
@@ -113,9 +114,8 @@ class _Channel:
 
         if not self.nccl:
             mine = torch.tensor([flag, fingerprint], dtype=torch.int64)
-            every = [torch.empty_like(mine) for _ in range(self.size)]
-            dist.all_gather(every, mine, group=self.group)
-            self.every = [(int(t[0]), int(t[1])) for t in every]
+            self.every = [torch.empty_like(mine) for _ in range(self.size)]
+            self.work = dist.all_gather(self.every, mine, group=self.group, async_op=True)
             return
         host, dev = self.host, self.on_device
         host[0], host[1] = flag, fingerprint
@@ -131,7 +131,11 @@ class _Channel:
         import time
 
         if not self.nccl:
-            return self.every
+            try:
+                self.work.wait()  # (gloo raises after the group's timeout)
+            except Exception as err:
+                raise RuntimeError(f"not every rank came to this call of a sharded fusion: {err}") from err
+            return [(int(t[0]), int(t[1])) for t in self.every]
         if not self.done.query():
             deadline = time.monotonic() + self.timeout_s
             spins = 0
@@ -176,7 +180,7 @@ def agree(inputs: Any, failure: BaseException | None, defer: bool = False) -> No
         return
     channel = _Channel.get()
     channel.post(0 if failure is None else 1, _fingerprint(inputs))
-    if defer and failure is None and channel.nccl:
+    if defer and failure is None:
         defer_agreement(lambda: _check(channel.collect(), None))
         return
     _check(channel.collect(), failure)

@@ -1,0 +1,36 @@
+"""The watch that names a GPU communication a peer never joins (fuser/host/communication.py),
+checked on the CPU with stand-in events: the GPU launch test (tests/test_multidevice_launch.py)
+shows it on a real NCCL hang."""
+from __future__ import annotations
+
+from fuser.host.communication import _Watch
+
+
+class _Event:
+    """An event that reports what the test says."""
+
+    def __init__(self) -> None:
+        self.done = False
+
+    def query(self) -> bool:
+        return self.done
+
+
+def test_the_watch_names_each_overdue_communication_once_and_recycles_finished_events(capsys):
+    w = _Watch()
+    w.timeout_s = 5.0
+    first, second, third = _Event(), _Event(), _Event()
+    w.queue.extend([(100.0, first, "Communication 0 (allreduce of T2)"),
+                    (101.0, second, "Communication 1 (allgather of T4)"),
+                    (109.0, third, "Communication 2 (allreduce of T6)")])
+    w.check(99.0)  # nothing overdue, nothing finished
+    assert len(w.queue) == 3 and not w.spare and capsys.readouterr().err == ""
+    first.done = True
+    w.check(100.5)  # the oldest finished: its event goes back to the spares
+    assert w.spare == [first] and len(w.queue) == 2 and capsys.readouterr().err == ""
+    w.check(102.0)  # the next is past its deadline: named once, then the newest is not yet
+    err = capsys.readouterr().err
+    assert "fuser: rank 0: Communication 1 (allgather of T4) has not finished after 5 s" in err, err
+    assert "Communication 2" not in err and [q[1] for q in w.queue] == [third]
+    w.check(103.0)
+    assert capsys.readouterr().err == ""  # not named again
