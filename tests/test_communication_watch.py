@@ -23,14 +23,14 @@ def test_the_watch_names_each_overdue_communication_once_and_recycles_finished_e
     w.queue.extend([(100.0, first, "Communication 0 (allreduce of T2)"),
                     (101.0, second, "Communication 1 (allgather of T4)"),
                     (109.0, third, "Communication 2 (allreduce of T6)")])
-    w.check(99.0)  # nothing overdue, nothing finished
+    w.check(99.0)  # nothing past its deadline: no event is even asked
     assert len(w.queue) == 3 and not w.spare and capsys.readouterr().err == ""
     first.done = True
-    w.check(100.5)  # the oldest finished: its event goes back to the spares
-    assert w.spare == [first] and len(w.queue) == 2 and capsys.readouterr().err == ""
-    w.check(102.0)  # the next is past its deadline: named once, then the newest is not yet
+    w.check(102.0)  # past two deadlines: the first finished (its event is kept to record
+    # again), the second did not and is named; the third's deadline is still ahead
     err = capsys.readouterr().err
+    assert w.spare == [first] and [q[1] for q in w.queue] == [third], w.queue
     assert "fuser: rank 0: Communication 1 (allgather of T4) has not finished after 5 s" in err, err
-    assert "Communication 2" not in err and [q[1] for q in w.queue] == [third]
+    assert "Communication 0" not in err and "Communication 2" not in err, err
     w.check(103.0)
     assert capsys.readouterr().err == ""  # not named again

@@ -411,6 +411,24 @@ def test_aliased_input_read_after_its_writer_is_copied_last(device):
     assert_close(s, before.sum(1), rtol=1e-5, atol=1e-4)
 
 
+def test_a_stream_loop_output_aliased_to_an_input_read_later_writes_its_own_buffer(device):
+    """A stream-parallel output added with alias_input= of an input read after the loop:
+    the loop writes a buffer of its own and the input is updated at the end (the loop's
+    Allocate bound the input's buffer, so the later reader saw the new values: a review
+    found it)."""
+    x, o = _rand(4, 8, device=device), _rand(4, 8, device=device)
+    before = o.clone()
+    with FusionDefinition() as fd:
+        t0, t1 = fd.from_pytorch(x), fd.from_pytorch(o)
+        y = fd.ops.add(t0, 1.0)
+        y.axis(0).parallelize(ParallelType.stream)
+        fd.add_output(y, alias_input=t1)
+        fd.add_output(fd.ops.sum(t1, dims=[1]))  # reads o after the loop wrote y
+    (s,) = fd.execute([x, o])
+    assert_close(o, x + 1.0)
+    assert_close(s, before.sum(1), rtol=1e-5, atol=1e-4)
+
+
 def test_user_segments_run_through_the_host_program(device):
     """fd.segment() then execute: the segments run as PostOnStream units of one program."""
     x = _rand(16, 64, device=device)

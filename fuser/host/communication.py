@@ -50,22 +50,32 @@ class _All:
 class Pending:
     """A started communication: `result()` (after the wait) gives its output."""
 
-    __slots__ = ("work", "finish", "what", "dest")
+    __slots__ = ("work", "finish", "what", "dest", "tensors")
 
-    def __init__(self, work: Any, finish: Callable[[], torch.Tensor], what: Any = "") -> None:
+    def __init__(self, work: Any, finish: Callable[[], torch.Tensor], what: Any = "",
+                 tensors: tuple[torch.Tensor, ...] = ()) -> None:
         self.work = work
         self.finish = finish
         self.what = what
         #: where the result must end up (a chunk of a buffer allocated before a stream loop)
         self.dest: Any = None
+        #: the tensors the collective reads and writes
+        self.tensors = tensors
 
-    def result(self) -> torch.Tensor:
-        """The output, once the current stream waits for it (gloo: once it is done)."""
+    def result(self, stream: Any = None) -> torch.Tensor:
+        """The output, once the current stream (`stream`, when given) waits for it (gloo:
+        once it is done). On another stream than the one that started it (a stage loop's
+        next stage), the collective's tensors are marked as used by `stream`: their blocks,
+        made on the starting stream, are not handed out again before the collective ends
+        (torch's NCCL keeps them only until this wait)."""
         if self.work is not None:
             try:
                 self.work.wait()
             except Exception as err:  # a timeout, or a peer that failed
                 raise RuntimeError(f"{self.what} failed: {err}") from err
+            if stream is not None:
+                for t in self.tensors:
+                    t.record_stream(stream)
             if _WATCH.on and isinstance(self.what, _What):
                 _WATCH.add(self.what)
         return self.finish()
@@ -76,64 +86,74 @@ class _Watch:
 
     A NCCL collective a peer never joins does not fail in the waiting stream: NCCL's
     watchdog ends the process after the group's timeout, naming only a sequence number.
-    An event recorded after each Wait, checked by a thread every half second, lets fuser
-    say first which Communication of the host program it was."""
+    An event is recorded after each Wait; the calling thread drops the finished ones as
+    it adds more, and a thread looks every half second at the oldest, querying its event
+    only once it is past its deadline (a query from another thread while the caller
+    captures a CUDA graph could spoil the capture: it is kept to the hung case)."""
 
     def __init__(self) -> None:
         import collections
+        import threading
 
         self.queue: Any = collections.deque()  # (deadline, event, what), oldest first
         self.spare: list[Any] = []  # events whose communication finished, to record again
+        self.lock = threading.Lock()
         self.thread: Any = None
         self.on = False
+        self.timeout_s = 300.0
 
     def start(self, timeout_s: float) -> None:
         """Watch the communications of a process whose collectives run on GPUs."""
         import threading
 
         self.timeout_s = timeout_s
-        if self.thread is None:
+        self.on = True
+        if self.thread is None or not self.thread.is_alive():
             self.thread = threading.Thread(target=self._run, name="fuser-communication-watch", daemon=True)
             self.thread.start()
-        self.on = True
 
     def add(self, what: Any) -> None:
         import time
 
         if torch.cuda.is_current_stream_capturing():
             return
-        ev = self.spare.pop() if self.spare else torch.cuda.Event()
-        ev.record()
-        self.queue.append((time.monotonic() + self.timeout_s, ev, what))
+        with self.lock:
+            queue = self.queue
+            while queue and queue[0][1].query():
+                self.spare.append(queue.popleft()[1])
+            ev = self.spare.pop() if self.spare else torch.cuda.Event()
+            ev.record()
+            queue.append((time.monotonic() + self.timeout_s, ev, what))
 
     def _run(self) -> None:
         import time
 
-        while True:
+        while self.on:
             time.sleep(0.5)
-            self.check(time.monotonic())
+            try:
+                self.check(time.monotonic())
+            except Exception:  # (a CUDA error: the process has worse news to give)
+                self.on = False
+                self.queue.clear()
 
     def check(self, now: float) -> None:
-        """Drop the finished communications, oldest first (their events are recorded
-        again), and name each one past its deadline, once."""
+        """Name each communication past its deadline whose event has not completed, once
+        (one that completed has its event recorded again)."""
         import sys
 
         import torch.distributed as dist
 
-        queue = self.queue
-        while queue:
-            deadline, ev, what = queue[0]
-            if ev.query():
-                queue.popleft()
-                self.spare.append(ev)
-            elif now > deadline:
-                queue.popleft()
+        with self.lock:
+            queue = self.queue
+            while queue and now > queue[0][0]:
+                _, ev, what = queue.popleft()
+                if ev.query():
+                    self.spare.append(ev)
+                    continue
                 rank = dist.get_rank() if dist.is_initialized() else 0
                 print(f"fuser: rank {rank}: {what} has not finished after {self.timeout_s:.0f} s "
                       "(FUSER_COMM_TIMEOUT): a device of its team did not join it (it failed, or ran other "
                       "communications)", file=sys.stderr, flush=True)
-            else:
-                break
 
 
 _WATCH = _Watch()
@@ -149,10 +169,19 @@ def defer_agreement(check: Callable[[], None]) -> None:
     _UNSETTLED.append(check)
 
 
-def settle() -> None:
-    """Check the ranks' agreement on this call, when it is still to be checked."""
+def settle(stale: bool = False) -> None:
+    """Check the ranks' agreement on this call, when it is still to be checked. `stale`:
+    one left by a call that raised before communicating; collected (every rank posted
+    it, so the ranks stay in step) but not raised: that call's error was raised already."""
     while _UNSETTLED:
-        _UNSETTLED.pop(0)()
+        check = _UNSETTLED.pop(0)
+        if not stale:
+            check()
+            continue
+        try:
+            check()
+        except Exception:
+            pass
 
 
 def ensure_groups(teams: Any) -> None:
@@ -241,16 +270,17 @@ def start(c: Communication, x: torch.Tensor | None, dest: Any = None) -> Pending
     if c.kind == "send_recv":
         src, dst = c.root, next(r for r in team if r != c.root)
         if _rank() == src:
-            return Pending(dist.isend(x.contiguous(), dst), lambda: None, what)
+            buf = x.contiguous()
+            return Pending(dist.isend(buf, dst), lambda: None, what, (buf,))
         buf = dest if dest.is_contiguous() else torch.empty_like(dest, memory_format=torch.contiguous_format)
-        return Pending(dist.irecv(buf, src), lambda: buf, what)
+        return Pending(dist.irecv(buf, src), lambda: buf, what, (buf,))
     if c.kind == "broadcast":  # point to point from the one device holding it: no group to make
         if _rank() == c.root:
             buf = x.contiguous()
             works = [dist.isend(buf, r) for r in team if r != c.root]
-            return Pending(_All(works), lambda: buf, what)
+            return Pending(_All(works), lambda: buf, what, (buf,))
         buf = dest if dest.is_contiguous() else torch.empty_like(dest, memory_format=torch.contiguous_format)
-        return Pending(dist.irecv(buf, c.root), lambda: buf, what)
+        return Pending(dist.irecv(buf, c.root), lambda: buf, what, (buf,))
     group, gloo = _group(team)
     if c.kind == "allreduce":
         buf = x.contiguous() if c.in_place else x.clone(memory_format=torch.contiguous_format)
@@ -260,7 +290,7 @@ def start(c: Communication, x: torch.Tensor | None, dest: Any = None) -> Pending
         opts.reduceOp = getattr(dist.ReduceOp, _REDUCE[c.op])
         opts.asyncOp = True
         work = (group if group is not None else dist.group.WORLD).allreduce([buf], opts)
-        return Pending(work, lambda: buf, what)
+        return Pending(work, lambda: buf, what, (buf,))
     if c.kind == "allgather":
         src = _front(x, c.axis)
         out = _into(dest if c.axis == 0 else None, (src.shape[0] * d, *src.shape[1:]), src)
@@ -269,7 +299,7 @@ def start(c: Communication, x: torch.Tensor | None, dest: Any = None) -> Pending
             work = dist.all_gather(parts, src, group=group, async_op=True)
         else:
             work = dist.all_gather_into_tensor(out, src, group=group, async_op=True)
-        return Pending(work, lambda: _back(out, c.axis), what)
+        return Pending(work, lambda: _back(out, c.axis), what, (src, out))
     if c.kind == "reduce_scatter":
         src = _front(x, c.out_axis)
         b = _block(src.shape[0], d, what)
@@ -279,10 +309,10 @@ def start(c: Communication, x: torch.Tensor | None, dest: Any = None) -> Pending
         if gloo:  # gloo has no reduce-scatter: the whole sum, then this device's block
             work = dist.all_reduce(src, op=op, group=group, async_op=True)
             k = _position(team)
-            return Pending(work, lambda: _back(src.narrow(0, k * b, b), c.out_axis), what)
+            return Pending(work, lambda: _back(src.narrow(0, k * b, b), c.out_axis), what, (src,))
         out = _into(dest if c.out_axis == 0 else None, (b, *src.shape[1:]), src)
         work = dist.reduce_scatter_tensor(out, src, op=op, group=group, async_op=True)
-        return Pending(work, lambda: _back(out, c.out_axis), what)
+        return Pending(work, lambda: _back(out, c.out_axis), what, (src, out))
     if c.kind == "all_to_all":
         # sharded on axis a -> sharded on axis b: split the b axis into d blocks (block j to
         # device j), exchange, and put the received blocks of a side by side
@@ -297,5 +327,5 @@ def start(c: Communication, x: torch.Tensor | None, dest: Any = None) -> Pending
             return _back(torch.cat(list(out.unbind(0)), dim=pa), b_axis)
 
         work = dist.all_to_all_single(out, src, group=group, async_op=True)
-        return Pending(work, finish, what)
+        return Pending(work, finish, what, (src, out))
     raise NotImplementedError(f"{what}: unknown communication kind {c.kind!r}")

@@ -311,7 +311,7 @@ class HostIrEvaluator:
 
     def _allocate(self, e: Allocate, state: "_State") -> None:
         env = state.env
-        root = self.program.alias_root(e.tv)
+        root = self.program.alias_root(e.tv) if not e.own else e.tv
         if root is not e.tv and root in env:
             env[e.tv] = env[root]
             return
@@ -426,9 +426,12 @@ class HostIrEvaluator:
         self._finish(state.env[e.out], e, state)
 
     def _finish(self, pending: Any, e: Any, state: "_State") -> None:
-        got = pending.result()
+        # in a stage loop the Wait runs on the next stage's stream (`state.current`)
+        got = pending.result(state.current)
         dest = pending.dest
         if isinstance(dest, torch.Tensor) and dest is not got and not _same_view(dest, got):
+            if state.current is not None and got.is_cuda:
+                got.record_stream(state.current)  # (made by `finish` on another stream, maybe)
             dest.copy_(got)
             got = dest
         state.env[e.out] = got

@@ -120,6 +120,9 @@ class Allocate(HostExpr):
 
     tv: TensorView
     zero_init: bool = False
+    #: a buffer of its own even where `tv` aliases an input (that input is read after
+    #: `tv` is written: the executor copies `tv` into it at the end)
+    own: bool = False
 
     @property
     def outputs(self) -> tuple[Val, ...]:  # type: ignore[override]

@@ -71,14 +71,14 @@ def sharded_should_merge(sharded: ShardedFusion,
 class _Channel:
     """What the ranks agree over: under NCCL a communicator of its own, whose allgather of
     two numbers per rank runs on a side stream (none of it behind the data collectives or
-    the compute queued on the caller's stream), posted first and collected before the
-    call's first communication, so the host issues the call's local work meanwhile;
-    under gloo the default group. A gloo group beside NCCL cost 280 µs alone and 700 µs
-    inside a call on an H200 host: more than the rest of a pipelined call's host work."""
+    the compute queued on the caller's stream); under gloo the default group. Either is
+    posted first and collected before the call's first communication, so the host issues
+    the call's local work meanwhile. (A gloo group beside NCCL cost 280 µs alone and 700
+    µs inside a call on an H200 host: more than the rest of a pipelined call's host work.)"""
 
     _instance: "_Channel | None" = None
 
-    def __init__(self) -> None:
+    def __init__(self, device: torch.device) -> None:
         import datetime
 
         import torch.distributed as dist
@@ -88,25 +88,35 @@ class _Channel:
         self.size = dist.get_world_size()
         self.timeout_s = TIMEOUT_S
         self.nccl = dist.get_backend() == "nccl"
+        self.device = device
         self.every: list[torch.Tensor] = []  # gloo: every rank's (flag, fingerprint), once collected
         self.work: Any = None
+        self.posted = 0.0
         if self.nccl:
-            self.group = dist.new_group(backend="nccl", timeout=datetime.timedelta(seconds=TIMEOUT_S))
-            self.device = torch.device("cuda", torch.cuda.current_device())
-            self.stream = torch.cuda.Stream(self.device)
+            # (NCCL's watchdog on this group must not end the process before `collect`
+            # says which call the ranks did not all come to)
+            self.group = dist.new_group(backend="nccl", timeout=datetime.timedelta(seconds=TIMEOUT_S * 1.1 + 5))
+            self.stream = torch.cuda.Stream(device)
             self.host = torch.empty(2 * (self.size + 1), dtype=torch.int64, pin_memory=True)
-            self.on_device = torch.empty(2 * (self.size + 1), dtype=torch.int64, device=self.device)
+            self.on_device = torch.empty(2 * (self.size + 1), dtype=torch.int64, device=device)
             self.done = torch.cuda.Event()
         else:
             self.group = None
 
     @classmethod
-    def get(cls) -> "_Channel":
+    def get(cls, inputs: Any) -> "_Channel":
+        """The channel (made on the first call: every rank makes it then), on the device
+        of the call's first CUDA input (its rank's GPU, whether or not the process made it
+        current), else the current one."""
         import torch.distributed as dist
 
-        if cls._instance is None or cls._instance.size != dist.get_world_size():
-            cls._instance = cls()
-        return cls._instance
+        got = cls._instance
+        if got is None or got.size != dist.get_world_size():
+            device = next((x.device for x in inputs if isinstance(x, torch.Tensor) and x.is_cuda), None)
+            if device is None:
+                device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else None
+            got = cls._instance = cls(device)
+        return got
 
     def post(self, flag: int, fingerprint: int) -> None:
         """Send this rank's (flag, fingerprint) to every rank (gloo: and receive theirs)."""
@@ -117,6 +127,9 @@ class _Channel:
             self.every = [torch.empty_like(mine) for _ in range(self.size)]
             self.work = dist.all_gather(self.every, mine, group=self.group, async_op=True)
             return
+        import time
+
+        self.posted = time.monotonic()
         host, dev = self.host, self.on_device
         host[0], host[1] = flag, fingerprint
         with torch.cuda.stream(self.stream):
@@ -137,16 +150,16 @@ class _Channel:
                 raise RuntimeError(f"not every rank came to this call of a sharded fusion: {err}") from err
             return [(int(t[0]), int(t[1])) for t in self.every]
         if not self.done.query():
-            deadline = time.monotonic() + self.timeout_s
+            deadline = self.posted + self.timeout_s
             spins = 0
-            while not self.done.query():  # microseconds: spin, then yield
+            while not self.done.query():  # microseconds when the ranks are in step: spin, then doze
                 spins += 1
                 if spins > 2000:
                     if time.monotonic() > deadline:
                         raise RuntimeError(
                             f"not every rank came to this call of a sharded fusion within {self.timeout_s:.0f} s "
                             "(FUSER_COMM_TIMEOUT): a rank stopped, or runs other fusions")
-                    time.sleep(0)
+                    time.sleep(50e-6)
         got = self.host[2:].tolist()
         return [(got[2 * k], got[2 * k + 1]) for k in range(self.size)]
 
@@ -173,12 +186,14 @@ def agree(inputs: Any, failure: BaseException | None, defer: bool = False) -> No
 
     from .communication import defer_agreement, settle
 
-    settle()  # an earlier call's, left when that call raised before communicating
-    if disabled("rank_agreement") or not dist.is_initialized() or dist.get_world_size() == 1:
+    settle(stale=True)  # an earlier call's, left when that call raised before communicating
+    if (disabled("rank_agreement") or not dist.is_initialized() or dist.get_world_size() == 1
+            or (torch.cuda.is_available() and torch.cuda.is_current_stream_capturing())):
+        # (a capture records the collectives; replays run no host code to agree with)
         if failure is not None:
             raise failure
         return
-    channel = _Channel.get()
+    channel = _Channel.get(inputs)
     channel.post(0 if failure is None else 1, _fingerprint(inputs))
     if defer and failure is None:
         defer_agreement(lambda: _check(channel.collect(), None))

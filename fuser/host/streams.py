@@ -137,14 +137,18 @@ def lower_streams(program: HostIrContainer) -> HostIrContainer:
     run: list[HostExpr] = []
     number = 0  # the next free stream number (a loop's caller; a stage loop's stages after it)
     aliases = dict(program.aliases)
+    # outputs aliased to an input (add_output(alias_input=)) that lower_segmented did not
+    # allocate in it (the input is read after they are written): a loop writes its own
+    in_place = {e.tv for e in program.exprs if isinstance(e, Allocate)}
+    own = frozenset(v for v in program.aliases if v not in in_place)
 
     def flush() -> None:
         nonlocal number
         if run:
             ends = stage_ends(run)
             stages = sum(ends)
-            out.extend(_loop(run, exact, program.fusion, number) if not stages
-                       else _stage_loop(run, exact, program.fusion, number, aliases, ends))
+            out.extend(_loop(run, exact, program.fusion, number, own) if not stages
+                       else _stage_loop(run, exact, program.fusion, number, aliases, ends, own))
             number += 2 + stages + (stages % 2)  # (even: the caller numbers of seed 004's dumps, 0, 2, ...)
             run.clear()
 
@@ -217,9 +221,10 @@ def _on_slice(c: Communication, axis: int | None, stream: int | None) -> int | N
     return axis - 1 if axis > stream else axis
 
 
-def _loop(run: list[HostExpr], exact: ExactMap, fusion: Fusion, number: int) -> list[HostExpr]:
+def _loop(run: list[HostExpr], exact: ExactMap, fusion: Fusion, number: int, own: frozenset = frozenset()
+          ) -> list[HostExpr]:
     """A compute loop: iteration i on worker stream i % numberOfStreams, then the join."""
-    index, axis, before = _loop_head(run, fusion, number)
+    index, axis, before = _loop_head(run, fusion, number, own)
     caller, worker = Stream(number=number), Stream(index=index)
     body = _loop_body(run, exact, axis, index, [SetCurrentStream(worker), Synchronize(caller)])
     join = ForLoop(index, axis.extent, (Synchronize(worker),), axis=axis)
@@ -229,20 +234,21 @@ def _loop(run: list[HostExpr], exact: ExactMap, fusion: Fusion, number: int) -> 
 def stage_ends(run: Sequence[HostExpr]) -> list[bool]:
     """Per expression of a loop's run: whether it ends a stage (a communication: what
     follows it runs on the next stage's stream). None ends one in a compute loop."""
-    return [isinstance(e, Communication) for e in run]
+    return [isinstance(e, Communication) and e.kind != "local_slice" for e in run]  # (a slice: no collective)
 
 
 def _stage_loop(run: list[HostExpr], exact: ExactMap, fusion: Fusion, number: int,
-                aliases: dict[Val, Val], ends: Sequence[bool]) -> list[HostExpr]:
+                aliases: dict[Val, Val], ends: Sequence[bool], own: frozenset = frozenset()) -> list[HostExpr]:
     """A loop cut into stages (`ends`: after which expressions): stage k runs on stream
     number+1+k for every iteration, then the caller waits for each stage. An allreduce
     that may write its input, a buffer the loop allocates, has its result there
     (`aliases`): no copy per chunk."""
     written = {o for e in run for o in e.outputs}
     for e in run:
-        if isinstance(e, Communication) and e.kind == "allreduce" and e.in_place and e.inp in written:
+        if (isinstance(e, Communication) and e.kind == "allreduce" and e.in_place and e.inp in written
+                and e.out not in aliases):  # (an output the user aliased to an input keeps that)
             aliases[e.out] = e.inp
-    index, axis, before = _loop_head(run, fusion, number)
+    index, axis, before = _loop_head(run, fusion, number, own)
     caller = Stream(number=number)
     stages = [Stream(number=number + 1 + k) for k in range(1 + sum(ends))]
     body = _loop_body(run, exact, axis, index, [SetCurrentStream(stages[0]), Synchronize(caller)], stages, ends)
@@ -251,13 +257,15 @@ def _stage_loop(run: list[HostExpr], exact: ExactMap, fusion: Fusion, number: in
     return before + [ForLoop(index, axis.extent, tuple(body), axis=axis)] + after
 
 
-def _loop_head(run: list[HostExpr], fusion: Fusion, number: int) -> tuple[Val, IterDomain, list[HostExpr]]:
+def _loop_head(run: list[HostExpr], fusion: Fusion, number: int, own: frozenset = frozenset()
+               ) -> tuple[Val, IterDomain, list[HostExpr]]:
     """A stream loop's index, its stream axis, and what precedes it: an Allocate of each
-    tensor it writes (whole, once), and GetCurrentStream of the caller's stream."""
+    tensor it writes (whole, once; `own`: not in the input it aliases), and
+    GetCurrentStream of the caller's stream."""
     out_tv = next(o for o in run[0].outputs if stream_axis(o) is not None)
     axis = out_tv.logical_no_reductions()[stream_axis(out_tv)]
     written = [o for e in run for o in e.outputs if isinstance(o, TensorView)]
-    before: list[HostExpr] = [Allocate(tv) for tv in written]  # type: ignore[arg-type]
+    before: list[HostExpr] = [Allocate(tv, own=tv in own) for tv in written]  # type: ignore[arg-type]
     before.append(GetCurrentStream(Stream(number=number)))
     return host_index(fusion), axis, before
 

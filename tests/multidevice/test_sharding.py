@@ -234,6 +234,33 @@ def test_a_bad_input_after_cached_calls_stops_every_rank_and_the_next_call_runs(
     assert_close(s, good.sum(0) * comm.size())
 
 
+def test_a_call_that_fails_before_its_agreement_is_checked_leaves_the_ranks_in_step(comm, mesh, seed, monkeypatch):
+    """Rank 1's blocks differ from rank 0's (each valid locally), and rank 0 fails in its
+    local work before its first communication, so its agreement is left unchecked: the
+    next call collects it without raising it again, and every rank's later calls pair up
+    (a review found rank 0 raising the stale disagreement and the ranks a call apart)."""
+    with FusionDefinition() as fd:
+        x = sharded_input(fd, 2, mesh, 0)
+        fd.add_output(fd.ops.sum(x, [0]))
+    good = torch.randn(2, 3, device=comm.device)  # the same block on every rank (one seed)
+    fd.execute([good])
+    if comm.rank() == 0:
+        def fail(*args, **kwargs):
+            raise RuntimeError("a local failure before the first communication")
+
+        runner = fd._entry.last_runner  # the cached program: its first step (the local sum) fails
+        monkeypatch.setattr(runner, "_steps", [(fail, runner._steps[0][1]), *runner._steps[1:]])
+        with pytest.raises(RuntimeError, match="a local failure"):
+            fd.execute([good])
+        monkeypatch.undo()
+    else:
+        with pytest.raises(ValueError, match=r"inputs differ in shape or dtype"):
+            fd.execute([torch.randn(2, 4, device=comm.device)])
+    for _ in range(2):
+        (s,) = fd.execute([good])
+        assert_close(s, good.sum(0) * comm.size())
+
+
 def test_ranks_whose_blocks_differ_in_shape_all_raise(comm, mesh, seed):
     with FusionDefinition() as fd:
         x = sharded_input(fd, 2, mesh, 0)
