@@ -26,6 +26,7 @@ from .handles import Tensor
 
 if TYPE_CHECKING:
     from fuser.host.evaluator import HostIrEvaluator
+    from fuser.host.executor import FusionEntry
     from fuser.scheduler import SchedulerType
 
     from .fusion_definition import FusionDefinition
@@ -63,34 +64,19 @@ def has_user_schedule(fd: "FusionDefinition") -> bool:
     return callable(getattr(type(fd), "schedule", None))
 
 
-class UserEntry:
-    """The executor cache entry of a user-scheduled definition: one host program (one segment)
-    per input signature, looked up by `fuser.host.executor.run` as an entry's."""
-
-    #: a user schedule never runs stream loops or shards (refused when building the runner)
-    stream_loops = False
-    sharded = False
-
-    def __init__(self, fusion: Any) -> None:
-        self.fusion = fusion
-        self.executors: dict = {}
-        self.preseg: dict = {}
-        self.last_runner: Any = None
-
-
 #: per definition: its user-schedule entry; per definition while its schedule() runs: the run
-_ENTRIES: "weakref.WeakKeyDictionary[FusionDefinition, UserEntry]" = weakref.WeakKeyDictionary()
+_ENTRIES: "weakref.WeakKeyDictionary[FusionDefinition, FusionEntry]" = weakref.WeakKeyDictionary()
 _ACTIVE: "weakref.WeakKeyDictionary[FusionDefinition, UserSchedule]" = weakref.WeakKeyDictionary()
 
 
-def user_entry(fd: "FusionDefinition", inputs: Sequence[Any], device: Any = None) -> UserEntry:
+def user_entry(fd: "FusionDefinition", inputs: Sequence[Any], device: Any = None) -> "FusionEntry":
     """`fd`'s user-schedule entry, holding a runner for this call's input signature (made on
     first sight of it: schedule() runs, and a generated kernel is prepared and checked)."""
-    from fuser.host.executor import MAX_SIGNATURES, signature, value_free_inputs
+    from fuser.host.executor import MAX_SIGNATURES, FusionEntry, signature, value_free_inputs
 
     entry = _ENTRIES.get(fd)
     if entry is None:
-        entry = _ENTRIES[fd] = UserEntry(fd._entry.fusion)
+        entry = _ENTRIES[fd] = FusionEntry(fd._entry.fusion)  # one segment per input signature
     key = signature(inputs, device, value_free_inputs(entry.fusion))
     if key not in entry.executors:
         runner = _user_runner(fd, entry.fusion, inputs, device)
@@ -521,5 +507,5 @@ def _tv_str(tv: TensorView) -> str:
     return tv_str(tv)
 
 
-__all__ = ["NVFUSER_PARALLEL_NAMES", "UserEntry", "UserSchedule", "active", "has_user_schedule", "parallel_name",
+__all__ = ["NVFUSER_PARALLEL_NAMES", "UserSchedule", "active", "has_user_schedule", "parallel_name",
            "running", "unsupported", "user_entry"]

@@ -200,13 +200,13 @@ def agreed_runner(entry: Any, inputs: Sequence[Any], device: Any = None, placeme
     return runner
 
 
-class _UnitEntry:
-    """A segment's fusion as an executor cache entry (PostOnStream runs it through here)."""
+class FusionEntry:
+    """An executor cache entry for a fusion run as it is, one device's work with no stream
+    loops of its own: a host unit's segment (PostOnStream runs one iteration's slices, a
+    sharded fusion's segment one device's blocks) or a user-scheduled definition."""
 
     __slots__ = ("fusion", "executors", "preseg", "last_runner")
-    #: a unit runs one iteration's slices: its stream-parallel axes are the loop's, not its own
     stream_loops = False
-    #: a unit is one device's work on its blocks (a sharded fusion's segment)
     sharded = False
 
     def __init__(self, fusion: Any) -> None:
@@ -222,5 +222,5 @@ def run_unit(unit: Any, args: Sequence[Any], device: Any, outputs: Sequence[Any]
     and laid out as it writes."""
     entry = unit.cache.get("entry")
     if entry is None:
-        entry = unit.cache["entry"] = _UnitEntry(unit.fusion)
+        entry = unit.cache["entry"] = FusionEntry(unit.fusion)
     return segmented_runner(entry, args, device).run(args, outputs)
