@@ -8,6 +8,7 @@ front and back around it.
 """
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Callable
 
 import torch
@@ -175,13 +176,8 @@ def settle(stale: bool = False) -> None:
     it, so the ranks stay in step) but not raised: that call's error was raised already."""
     while _UNSETTLED:
         check = _UNSETTLED.pop(0)
-        if not stale:
+        with contextlib.suppress(Exception) if stale else contextlib.nullcontext():
             check()
-            continue
-        try:
-            check()
-        except Exception:
-            pass
 
 
 def ensure_groups(teams: Any) -> None:

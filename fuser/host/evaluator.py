@@ -430,8 +430,6 @@ class HostIrEvaluator:
         got = pending.result(state.current)
         dest = pending.dest
         if isinstance(dest, torch.Tensor) and dest is not got and not _same_view(dest, got):
-            if state.current is not None and got.is_cuda:
-                got.record_stream(state.current)  # (made by `finish` on another stream, maybe)
             dest.copy_(got)
             got = dest
         state.env[e.out] = got
@@ -501,8 +499,7 @@ def _bind(env: dict, vals: Sequence[Val], outs: Sequence[Any]) -> None:
     written = []
     for v, o in zip(vals, outs):
         dst = env.get(v)
-        copy = isinstance(dst, torch.Tensor) and isinstance(o, torch.Tensor) and dst is not o and not (
-            dst.data_ptr() == o.data_ptr() and dst.shape == o.shape and dst.stride() == o.stride())
+        copy = isinstance(dst, torch.Tensor) and isinstance(o, torch.Tensor) and dst is not o and not _same_view(dst, o)
         written.append((v, o, dst if copy else None))
     into = {d.untyped_storage().data_ptr() for _, _, d in written if d is not None}
     for v, o, dst in written:  # first what is bound as it is: a view of a buffer written below is copied first

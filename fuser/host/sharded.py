@@ -83,7 +83,7 @@ class _Channel:
 
         import torch.distributed as dist
 
-        from fuser.multidevice.communicator import TIMEOUT_S
+        from fuser.multidevice.communicator import NCCL_TIMEOUT_S, TIMEOUT_S
 
         self.size = dist.get_world_size()
         self.timeout_s = TIMEOUT_S
@@ -93,9 +93,7 @@ class _Channel:
         self.work: Any = None
         self.posted = 0.0
         if self.nccl:
-            # (NCCL's watchdog on this group must not end the process before `collect`
-            # says which call the ranks did not all come to)
-            self.group = dist.new_group(backend="nccl", timeout=datetime.timedelta(seconds=TIMEOUT_S * 1.1 + 5))
+            self.group = dist.new_group(backend="nccl", timeout=datetime.timedelta(seconds=NCCL_TIMEOUT_S))
             self.stream = torch.cuda.Stream(device)
             self.host = torch.empty(2 * (self.size + 1), dtype=torch.int64, pin_memory=True)
             self.on_device = torch.empty(2 * (self.size + 1), dtype=torch.int64, device=device)

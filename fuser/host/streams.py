@@ -221,8 +221,7 @@ def _on_slice(c: Communication, axis: int | None, stream: int | None) -> int | N
     return axis - 1 if axis > stream else axis
 
 
-def _loop(run: list[HostExpr], exact: ExactMap, fusion: Fusion, number: int, own: frozenset = frozenset()
-          ) -> list[HostExpr]:
+def _loop(run: list[HostExpr], exact: ExactMap, fusion: Fusion, number: int, own: frozenset) -> list[HostExpr]:
     """A compute loop: iteration i on worker stream i % numberOfStreams, then the join."""
     index, axis, before = _loop_head(run, fusion, number, own)
     caller, worker = Stream(number=number), Stream(index=index)
@@ -238,7 +237,7 @@ def stage_ends(run: Sequence[HostExpr]) -> list[bool]:
 
 
 def _stage_loop(run: list[HostExpr], exact: ExactMap, fusion: Fusion, number: int,
-                aliases: dict[Val, Val], ends: Sequence[bool], own: frozenset = frozenset()) -> list[HostExpr]:
+                aliases: dict[Val, Val], ends: Sequence[bool], own: frozenset) -> list[HostExpr]:
     """A loop cut into stages (`ends`: after which expressions): stage k runs on stream
     number+1+k for every iteration, then the caller waits for each stage. An allreduce
     that may write its input, a buffer the loop allocates, has its result there
@@ -257,8 +256,7 @@ def _stage_loop(run: list[HostExpr], exact: ExactMap, fusion: Fusion, number: in
     return before + [ForLoop(index, axis.extent, tuple(body), axis=axis)] + after
 
 
-def _loop_head(run: list[HostExpr], fusion: Fusion, number: int, own: frozenset = frozenset()
-               ) -> tuple[Val, IterDomain, list[HostExpr]]:
+def _loop_head(run: list[HostExpr], fusion: Fusion, number: int, own: frozenset) -> tuple[Val, IterDomain, list[HostExpr]]:
     """A stream loop's index, its stream axis, and what precedes it: an Allocate of each
     tensor it writes (whole, once; `own`: not in the input it aliases), and
     GetCurrentStream of the caller's stream."""

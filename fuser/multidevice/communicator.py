@@ -11,6 +11,9 @@ import torch
 
 #: how long a collective may wait for the other ranks before it fails (FUSER_COMM_TIMEOUT s)
 TIMEOUT_S = float(os.environ.get("FUSER_COMM_TIMEOUT", "300"))
+#: the timeout of the NCCL groups fuser makes: NCCL's watchdog ends the process then, so
+#: it comes after fuser has said which communication (or agreement) did not finish
+NCCL_TIMEOUT_S = TIMEOUT_S * 1.1 + 5
 
 
 def _destroy() -> None:
@@ -43,9 +46,7 @@ class Communicator:
             kwargs: dict[str, Any] = {"backend": backend, "timeout": datetime.timedelta(seconds=TIMEOUT_S)}
             if backend == "nccl":
                 kwargs["device_id"] = torch.device("cuda", local)
-                # NCCL's watchdog ends the process at the group's timeout: fuser's watch
-                # (fuser.host.communication) names the hung communication a little before
-                kwargs["timeout"] = datetime.timedelta(seconds=TIMEOUT_S * 1.1 + 5)
+                kwargs["timeout"] = datetime.timedelta(seconds=NCCL_TIMEOUT_S)
             dist.init_process_group(**kwargs)
             # the group we started ends with the process (left to interpreter exit, its
             # threads abort the process: "terminate called without an active exception")
