@@ -142,19 +142,43 @@ def overlap(comm: Communicator, T: int, K: int, N: int, chunks: int, iters: int,
         dist.all_reduce(part)
         return part
 
-    got: dict[str, list[float]] = {"pipelined": [], "not pipelined": [], "eager": []}
-    for r in range(3):  # round-robin: no variant always runs on a GPU the previous one heated
+    def plain() -> None:  # the stage loop issued expression by expression (no CUDA graph)
+        with _graphs_off():
+            piped.execute([lx, lw])
+
+    calls = {"pipelined": lambda: piped.execute([lx, lw]), "pipelined, no graph": plain,
+             "not pipelined": lambda: flat.execute([lx, lw]), "eager": eager}
+    got: dict[str, list[float]] = {k: [] for k in calls}
+    for r in range(len(calls)):  # round-robin: no variant always runs on a GPU the previous one heated
         order = list(got)[r:] + list(got)[:r]
         for name in order:
-            fn = {"pipelined": lambda: piped.execute([lx, lw]), "not pipelined": lambda: flat.execute([lx, lw]),
-                  "eager": eager}[name]
-            got[name].append(_time(fn, iters, rounds=3))
+            got[name].append(_time(calls[name], iters, rounds=3))
     med = {k: statistics.median(v) for k, v in got.items()}
+    graphs = [g for _, g in piped._entry.last_runner._steps if hasattr(g, "replays")]
+    med["replays"] = sum(g.replays for g in graphs)
     if trace:  # every rank runs the call (it communicates); rank 0 prints
         _trace(lambda: piped.execute([lx, lw]), f"pipelined, {chunks} chunks", comm.rank() == 0)
     for name, fn in (("pipelined", lambda: piped.execute([lx, lw])), ("not pipelined", lambda: flat.execute([lx, lw]))):
         med[name + " host"] = _issue_ms(fn)
     return med
+
+
+class _graphs_off:
+    """FUSER_DISABLE=stream_graphs while inside (read at each call)."""
+
+    def __enter__(self) -> None:
+        import os
+
+        self.was = os.environ.get("FUSER_DISABLE")
+        os.environ["FUSER_DISABLE"] = ",".join(filter(None, (self.was, "stream_graphs")))
+
+    def __exit__(self, *exc: object) -> None:
+        import os
+
+        if self.was is None:
+            del os.environ["FUSER_DISABLE"]
+        else:
+            os.environ["FUSER_DISABLE"] = self.was
 
 
 def _trace(fn: Callable[[], object], what: str, show: bool) -> None:
@@ -226,12 +250,13 @@ def main(argv: list[str] | None = None) -> None:
         name = torch.cuda.get_device_name()
         print(f"\nrow-parallel linear [{T}, K] x [{H}, K]^T + allreduce, K sharded, on {comm.size()} x {name} "
               "(ms per call)")
-        print("| K | chunks | pipelined (stream axis) | not pipelined | eager linear + all_reduce | pipelined / not | "
-              "host issue: pipelined | not pipelined |")
-        print("|---|---|---|---|---|---|---|---|")
+        print("| K | chunks | pipelined (stream axis) | pipelined, no CUDA graph | not pipelined | "
+              "eager linear + all_reduce | pipelined / not | host issue: pipelined | not pipelined | graph replays |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
         for (K, c), r in zip(cases, rows):
-            print(f"| {K} | {c} | {r['pipelined']:.3f} | {r['not pipelined']:.3f} | {r['eager']:.3f} | "
-                  f"{r['pipelined'] / r['not pipelined']:.2f} | {r['pipelined host']:.3f} | {r['not pipelined host']:.3f} |")
+            print(f"| {K} | {c} | {r['pipelined']:.3f} | {r['pipelined, no graph']:.3f} | {r['not pipelined']:.3f} | "
+                  f"{r['eager']:.3f} | {r['pipelined'] / r['not pipelined']:.2f} | {r['pipelined host']:.3f} | "
+                  f"{r['not pipelined host']:.3f} | {r['replays']} |")
 
 
 if __name__ == "__main__":

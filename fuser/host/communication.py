@@ -35,6 +35,18 @@ class _What:
         return f"Communication {self.c.number} ({self.c.kind} of {val_str(self.c.inp)})"
 
 
+class _Replayed:
+    """Communications replayed from a CUDA graph, named for messages when one is written."""
+
+    __slots__ = ("cs",)
+
+    def __init__(self, cs: tuple) -> None:
+        self.cs = cs
+
+    def __str__(self) -> str:
+        return ", ".join(str(_What(c)) for c in self.cs) + " (replayed from a CUDA graph)"
+
+
 class _All:
     """Several point-to-point works waited for as one."""
 
@@ -178,6 +190,25 @@ def settle(stale: bool = False) -> None:
         check = _UNSETTLED.pop(0)
         with contextlib.suppress(Exception) if stale else contextlib.nullcontext():
             check()
+
+
+#: collectives a CUDA graph may hold with the work around them (NCCL's, captured by
+#: torch.distributed); point-to-point (isend / irecv pairs) runs plainly: no test covers
+#: it under capture
+_CAPTURABLE = frozenset({"allreduce", "allgather", "reduce_scatter", "all_to_all"})
+
+
+def capturable(c: Communication) -> bool:
+    """Whether `c` may be captured in a CUDA graph: a collective of a NCCL group (gloo's
+    run on the host, outside any graph)."""
+    return c.kind in _CAPTURABLE and not _group(c.team)[1]
+
+
+def watch_replayed(cs: Any) -> None:
+    """Watch communications `cs` replayed from a CUDA graph just now (their events were
+    not recorded under capture): one event after the replay names them all."""
+    if _WATCH.on:
+        _WATCH.add(_Replayed(tuple(cs)))
 
 
 def ensure_groups(teams: Any) -> None:

@@ -39,7 +39,7 @@ from .ir import (
     Synchronize,
     Wait,
 )
-from .communication import start
+from .communication import capturable, settle, start, watch_replayed
 from .graphs import LoopGraphs, issue_lock, loop_regions, usable
 from .lower import as_declared
 
@@ -347,8 +347,13 @@ class HostIrEvaluator:
         with issue_lock(self.device):
             key = None
             if not g.off and usable(self.device, bool(self.rng_streams)):
-                key = g.key(state.env, state.raw, state.ref.value)
+                if g.communications and not all(capturable(c) for c in g.communications):
+                    g.off = True
+                else:
+                    key = g.key(state.env, state.raw, state.ref.value)
             graph, capture = g.lookup(key) if key is not None else (None, False)
+            if g.communications and (graph is not None or capture):
+                settle()  # the ranks agree on this call before a graph issues its collectives
             if graph is None and capture:
                 caller = state.current
                 number = g.exprs[1].stream.number  # the caller's stream, as the loop names it
@@ -368,6 +373,8 @@ class HostIrEvaluator:
                 return
             graph.replay()  # on the caller's stream, which the loop starts and ends on
             g.replays += 1
+            if g.communications:
+                watch_replayed(g.communications)
             state.marks.clear()  # the caller has new work: its mark no longer covers it
 
     def _run_plain(self, exprs: Sequence[HostExpr], state: "_State") -> None:

@@ -15,6 +15,13 @@ being captured (the caller's graph records the loop), a CPU tensor among what th
 reads (its value would be baked in), loops with index ops (their kernels check the
 indices after each launch, which a replay cannot), and FUSER_DISABLE=stream_graphs. A loop whose capture
 fails (an operation a graph cannot hold) runs plainly from then on.
+
+A sharded fusion's stage loop is graphed with its NCCL collectives (torch.distributed's
+stream joins the capture through the events it waits on and records): the pipelined
+chunks then cost one launch instead of about 300 µs of host work each, which fell behind
+the chunks' GEMMs. The ranks' agreement on the call is checked before the capture or
+replay (a graph's collectives cannot be stopped once launched). gloo's collectives and
+point-to-point transfers run plainly.
 """
 from __future__ import annotations
 
@@ -27,7 +34,7 @@ import torch
 from fuser.ir import GatherOp, IndexSelectOp, ScatterOp, Val
 from fuser.options import disabled
 
-from .ir import Communication, Evaluate, ForLoop, HostExpr, HostUnit, SetCurrentStream
+from .ir import Communication, Evaluate, ForLoop, HostExpr, HostUnit, SetCurrentStream, Synchronize
 
 #: graphs kept per loop (least recently used dropped first), and captures a loop may make
 #: before it stops trying (its keys keep changing: the graphs would not be replayed)
@@ -37,14 +44,23 @@ MAX_CAPTURES = 16
 
 def loop_regions(exprs: Sequence[HostExpr]) -> dict[int, int]:
     """Stream loops of a top-level expression list, as {position of the work loop:
-    position of its join loop}: the loop, `SetCurrentStream` back to the caller's stream,
-    and the loop waiting for each worker (what `lower_streams` makes)."""
+    position of its join's last expression}: the loop, `SetCurrentStream` back to the
+    caller's stream, then the loop waiting for each worker (a compute loop) or a
+    `Synchronize` of each stage's stream (a stage loop; what `lower_streams` makes)."""
     out = {}
     for k in range(len(exprs) - 2):
         work, back, join = exprs[k], exprs[k + 1], exprs[k + 2]
-        if (isinstance(work, ForLoop) and work.on_workers and isinstance(back, SetCurrentStream)
-                and isinstance(join, ForLoop) and join.is_join):
+        if not (isinstance(work, ForLoop) and work.on_workers and isinstance(back, SetCurrentStream)):
+            continue
+        if isinstance(join, ForLoop) and join.is_join:
             out[k] = k + 2
+            continue
+        stages = {b.stream.number for b in work.body if isinstance(b, SetCurrentStream)}
+        j = k + 2
+        while j < len(exprs) and isinstance(exprs[j], Synchronize) and exprs[j].stream.number in stages:
+            j += 1
+        if j - (k + 2) == len(stages):
+            out[k] = j - 1
     return out
 
 
@@ -63,9 +79,11 @@ class LoopGraphs:
         # index ops check their indices after each launch, which a replay cannot (it would
         # stop raising on a bad index): such loops run plainly
         self.off = any(isinstance(x, _CHECKED_INDEXING) for x in _exprs_of(exprs[0]))
-        # a collective is issued by torch.distributed on its own stream, outside any
-        # capture the loop would make: such loops run plainly
-        self.off = self.off or any(isinstance(b, Communication) for b in exprs[0].body)
+        #: the loop's communications (a stage loop): NCCL's collectives are captured with
+        #: the loop (torch.distributed joins its stream to the capture and back); gloo's
+        #: run on the host and cannot be
+        self.communications: tuple[Communication, ...] = tuple(
+            b for b in exprs[0].body if isinstance(b, Communication) and b.kind != "local_slice")
 
     def key(self, env: dict, raw: dict, value: Callable[[Val], Any]) -> tuple | None:
         """What fixes the loop's work at this call: None where it must run plainly."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+import pytest
 import torch
 
 from fuser import DataType, FusionDefinition, ParallelType
@@ -109,3 +110,91 @@ def test_column_parallel_linear_pipelines_the_allgather_of_sequence_shards(comm,
     # gather does not wait for this chunk's linear); the linear waits for it on stage 1's
     assert _in_order(body, "SetCurrentStream to Stream 1\n", "type=Allgather", "SetCurrentStream to Stream 2\n",
                      "Wait Communication 0\n", "linear("), body
+
+
+def _graphs(fd):
+    from fuser.host.graphs import LoopGraphs
+
+    return [e for _, e in fd._entry.last_runner._steps if isinstance(e, LoopGraphs)]
+
+
+def test_a_stage_loop_and_its_join_are_one_graphable_region_with_its_collectives(comm, mesh, seed):
+    """The stage loop, the switch back to the caller's stream and each stage's Synchronize
+    are what a CUDA graph captures; its collectives are capturable on NCCL, not on gloo."""
+    from fuser.host.communication import capturable
+    from fuser.host.graphs import LoopGraphs, loop_regions
+    from fuser.host.ir import Communication, ForLoop, Synchronize
+
+    d = comm.size()
+    fd = _row_parallel(mesh)
+    fd.execute([torch.randn(2, 3, 2, device=comm.device), torch.randn(5, 2, device=comm.device)])
+    exprs = fd._entry.last_runner.program.exprs
+    ((k, j),) = loop_regions(exprs).items()
+    assert isinstance(exprs[k], ForLoop) and all(isinstance(e, Synchronize) for e in exprs[k + 2:j + 1])
+    assert j - (k + 1) == 2  # a Synchronize for each of the two stages
+    assert j == len(exprs) - 1 or not isinstance(exprs[j + 1], Synchronize)
+    g = LoopGraphs(exprs[k:j + 1])
+    assert [c.kind for c in g.communications] == ["allreduce"] and not g.off
+    assert all(isinstance(c, Communication) for c in g.communications)
+    assert capturable(g.communications[0]) is (comm.backend == "nccl"), d
+
+
+def _at_fixed_addresses(monkeypatch):
+    """Buffers the program allocates keep one address per tensor across calls (the caching
+    allocator's choice varies with what else ran); the graphs and their keys are real."""
+    from fuser.host.evaluator import HostIrEvaluator
+    from fuser.frontend.cache import FusionCache
+
+    fixed: dict = {}
+    allocate = HostIrEvaluator._allocate
+
+    def at_fixed(self, e, state):
+        allocate(self, e, state)
+        state.env[e.tv] = fixed.setdefault(e.tv, state.env[e.tv])
+
+    monkeypatch.setattr(HostIrEvaluator, "_allocate", at_fixed)
+    FusionCache.reset()  # the evaluator must be built with the patch
+
+
+def _column_parallel(mesh):
+    with FusionDefinition() as fd:
+        xt = fd.define_tensor(shape=[-1, -1, -1], contiguity=[True] * 3, dtype=DataType.Float)
+        wt = fd.define_tensor(shape=[-1, -1], contiguity=[True] * 2, dtype=DataType.Float)
+        _shard(xt, mesh, 1)
+        xt.axis(0).parallelize(ParallelType.stream)
+        _shard(wt, mesh, 0)
+        y = fd.ops.linear(xt, wt)
+        y.axis(0).parallelize(ParallelType.stream)
+        _shard(y, mesh, 2)
+        fd.add_output(y)
+    return fd
+
+
+@pytest.mark.parametrize("kind", ["allreduce", "reduce_scatter", "allgather"])
+def test_pipelined_calls_replay_one_cuda_graph_with_their_collectives(comm, mesh, seed, kind, monkeypatch):
+    """From the second call at the same addresses, the stage loop with its NCCL
+    collectives is one graph replay: each call reads the new values in place and gives
+    the unsharded result's shard."""
+    if comm.backend != "nccl":
+        pytest.skip("CUDA graphs hold NCCL's collectives (gloo's run on the host)")
+    _at_fixed_addresses(monkeypatch)
+    d = comm.size()
+    C, T, K, N = 4, 4 * d, 8 * d, 8 * d
+    fd = {"allreduce": lambda: _row_parallel(mesh), "reduce_scatter": lambda: _row_parallel(mesh, out_axis=1),
+          "allgather": lambda: _column_parallel(mesh)}[kind]()
+    x_axis, w_axis = (1, 0) if kind == "allgather" else (2, 1)
+    xs = torch.empty(C, T // d if kind == "allgather" else T, K // (1 if kind == "allgather" else d), device=comm.device)
+    ws = torch.empty(N // d if kind == "allgather" else N, K // (1 if kind == "allgather" else d), device=comm.device)
+    calls = 5
+    for _ in range(calls):
+        x, w = torch.randn(C, T, K, device=comm.device), torch.randn(N, K, device=comm.device)
+        xs.copy_(block(x, x_axis, comm))
+        ws.copy_(block(w, w_axis, comm))
+        (out,) = fd.execute([xs, ws])
+        want = torch.nn.functional.linear(x, w)
+        want = {"allreduce": want, "reduce_scatter": block(want, 1, comm), "allgather": block(want, 2, comm)}[kind]
+        assert_close(out, want)
+        out.fill_(float("nan"))  # the next call must write every element again
+    (g,) = _graphs(fd)
+    assert [c.kind for c in g.communications] == [kind]
+    assert (g.captures, g.replays) == (1, calls - 1), (g.captures, g.replays, g.off)
