@@ -25,7 +25,9 @@ point-to-point transfers run plainly.
 """
 from __future__ import annotations
 
+import functools
 import threading
+import weakref
 from collections import OrderedDict
 from typing import Any, Callable, Sequence
 
@@ -127,6 +129,8 @@ class LoopGraphs:
         graph kept under `key`; None (and no more tries) where the capture fails. `workers`:
         the streams the loop may fork to (joined back before the capture ends on a failure)."""
         self.captures += 1
+        if self.communications:
+            _pin_communicators(self)
         side = _capture_stream(device)
         caller = torch.cuda.current_stream(device)
         g = torch.cuda.CUDAGraph()
@@ -162,6 +166,51 @@ class LoopGraphs:
             self.graphs.popitem(last=False)
         self.graphs[key] = g
         return g
+
+
+#: loops whose graphs hold NCCL collectives: a captured collective pins its communicator
+#: (NCCL's destroy waits until every graph holding one of its collectives is destroyed),
+#: so these graphs go before any process group does
+_PINNING: "weakref.WeakSet[LoopGraphs]" = weakref.WeakSet()
+_GUARDED = False
+
+
+def release_communicating() -> None:
+    """Drop every graph that holds collectives (they are captured again at later calls
+    while their groups live): called before a process group is destroyed, else its
+    destroy waits for them forever."""
+    loops = list(_PINNING)
+    if any(g.graphs for g in loops):
+        torch.cuda.synchronize()  # their last replays end first
+    for g in loops:
+        g.graphs.clear()
+        g.seen.clear()
+
+
+def _pin_communicators(g: LoopGraphs) -> None:
+    """Record `g` as holding collectives; on the first, make `dist.destroy_process_group`
+    and the process's exit release such graphs first."""
+    global _GUARDED
+    _PINNING.add(g)
+    if _GUARDED:
+        return
+    _GUARDED = True
+    import atexit
+
+    import torch.distributed as dist
+    import torch.distributed.distributed_c10d as c10d
+
+    destroy = c10d.destroy_process_group
+
+    @functools.wraps(destroy)
+    def destroy_process_group(*args: Any, **kwargs: Any) -> Any:
+        release_communicating()
+        return destroy(*args, **kwargs)
+
+    c10d.destroy_process_group = dist.destroy_process_group = destroy_process_group
+    # (atexit runs last-registered first: before a communicator's own exit hook, made with
+    # its group, and before the interpreter's teardown destroys the groups left)
+    atexit.register(release_communicating)
 
 
 def _join(side: Any, workers: Sequence[Any]) -> None:

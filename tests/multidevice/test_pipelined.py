@@ -185,8 +185,8 @@ def test_pipelined_calls_replay_one_cuda_graph_with_their_collectives(comm, mesh
     x_axis, w_axis = (1, 0) if kind == "allgather" else (2, 1)
     xs = torch.empty(C, T // d if kind == "allgather" else T, K // (1 if kind == "allgather" else d), device=comm.device)
     ws = torch.empty(N // d if kind == "allgather" else N, K // (1 if kind == "allgather" else d), device=comm.device)
-    calls = 5
-    for _ in range(calls):
+
+    def call() -> None:
         x, w = torch.randn(C, T, K, device=comm.device), torch.randn(N, K, device=comm.device)
         xs.copy_(block(x, x_axis, comm))
         ws.copy_(block(w, w_axis, comm))
@@ -195,6 +195,22 @@ def test_pipelined_calls_replay_one_cuda_graph_with_their_collectives(comm, mesh
         want = {"allreduce": want, "reduce_scatter": block(want, 1, comm), "allgather": block(want, 2, comm)}[kind]
         assert_close(out, want)
         out.fill_(float("nan"))  # the next call must write every element again
+
+    calls = 5
+    for _ in range(calls):
+        call()
     (g,) = _graphs(fd)
     assert [c.kind for c in g.communications] == [kind]
     assert (g.captures, g.replays) == (1, calls - 1), (g.captures, g.replays, g.off)
+    # a captured collective pins its NCCL communicator (destroying the group would wait for
+    # the graph forever): destroying a group releases fuser's graphs first
+    import torch.distributed as dist
+
+    from fuser.host.graphs import release_communicating
+
+    assert getattr(dist.destroy_process_group, "__wrapped__", None) is not None
+    release_communicating()
+    assert not g.graphs
+    for _ in range(2):
+        call()
+    assert (g.captures, g.replays) == (2, calls), (g.captures, g.replays, g.off)
