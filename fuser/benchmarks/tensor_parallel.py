@@ -107,15 +107,18 @@ def mlp(comm: Communicator, T: int, H: int, iters: int) -> dict[str, float]:
     return got
 
 
-def overlap(comm: Communicator, T: int, K: int, N: int, chunks: int, iters: int, trace: bool = False) -> dict[str, float]:
-    """A row-parallel linear [T, K] x [N, K] (K sharded) and its allreduce: without a
-    stream axis, and pipelined over `chunks` chunks of rows."""
+def overlap(comm: Communicator, T: int, K: int, N: int, chunks: int, iters: int, trace: bool = False,
+            collective: str = "allreduce") -> dict[str, float]:
+    """A row-parallel linear [T, K] x [N, K] (K sharded) and its `collective` (allreduce:
+    the output replicated; reduce_scatter: sharded over tokens, as under sequence
+    parallelism): without a stream axis, and pipelined over `chunks` chunks of rows."""
     d, dev, dt = comm.size(), comm.device, torch.bfloat16
     mesh = DeviceMesh(torch.arange(d))
     g = torch.Generator(device=dev).manual_seed(1)
     x = torch.randn(chunks, T // chunks, K, device=dev, dtype=dt, generator=g)
     w = torch.randn(N, K, device=dev, dtype=dt, generator=g) / K ** 0.5
     lx, lw = _block(x, 2, comm), _block(w, 1, comm)
+    scatter = collective == "reduce_scatter"
 
     def define(stream: bool) -> FusionDefinition:
         with FusionDefinition() as fd:
@@ -123,7 +126,7 @@ def overlap(comm: Communicator, T: int, K: int, N: int, chunks: int, iters: int,
             wt = fd.define_tensor(shape=[-1, -1], contiguity=[True] * 2, dtype=DataType.BFloat16)
             y = fd.ops.linear(xt, wt)
             fd.add_output(y)
-            for t, axis in ((xt, 2), (wt, 1)):
+            for t, axis in ((xt, 2), (wt, 1)) + (((y, 1),) if scatter else ()):
                 t.set_device_mesh(mesh)
                 t.outer_split(axis, d)
                 t.axis(axis).parallelize(ParallelType.mesh_x)
@@ -133,14 +136,21 @@ def overlap(comm: Communicator, T: int, K: int, N: int, chunks: int, iters: int,
 
     piped, flat = define(True), define(False)
     want = torch.nn.functional.linear(x, w)
+    if scatter:
+        want = _block(want, 1, comm)
     for fd in (piped, flat):
         (out,) = fd.execute([lx, lw])
         torch.testing.assert_close(out.float(), want.float(), rtol=5e-2, atol=5e-1)
+    x2 = lx.reshape(T, -1)  # eager: one [T, K / d] linear, its collective over the token axis
 
     def eager() -> torch.Tensor:
-        part = torch.nn.functional.linear(lx, lw)
-        dist.all_reduce(part)
-        return part
+        part = torch.nn.functional.linear(x2, lw)
+        if not scatter:
+            dist.all_reduce(part)
+            return part
+        out = part.new_empty(T // d, N)
+        dist.reduce_scatter_tensor(out, part)
+        return out
 
     def plain() -> None:  # the stage loop issued expression by expression (no CUDA graph)
         with _graphs_off():
@@ -152,7 +162,7 @@ def overlap(comm: Communicator, T: int, K: int, N: int, chunks: int, iters: int,
     for r in range(len(calls)):  # round-robin: no variant always runs on a GPU the previous one heated
         order = list(got)[r:] + list(got)[:r]
         for name in order:
-            got[name].append(_time(calls[name], iters, rounds=3))
+            got[name].append(_time(calls[name], iters, rounds=5))
     med = {k: statistics.median(v) for k, v in got.items()}
     graphs = [g for _, g in piped._entry.last_runner._steps if hasattr(g, "replays")]
     med["replays"] = sum(g.replays for g in graphs)
@@ -234,9 +244,10 @@ def main(argv: list[str] | None = None) -> None:
     m = mlp(comm, T, H, a.iters) if a.only != "overlap" else None
     # K = 4H: the MLP's second linear; K = H: attention's output projection (less compute
     # per byte reduced, so more to hide)
-    cases = [(4 * H, c) for c in (2, 4, 8)] + [(H, c) for c in (4, 8)]
-    rows = [overlap(comm, T, K, H, c, a.iters, a.trace and (K, c) == (4 * H, 4)) for K, c in cases
-            ] if a.only != "mlp" else []
+    cases = [(4 * H, c, "allreduce") for c in (2, 4, 8)] + [(H, c, "allreduce") for c in (4, 8)] + [
+        (4 * H, c, "reduce_scatter") for c in (2, 4)] + [(H, 4, "reduce_scatter")]
+    rows = [overlap(comm, T, K, H, c, a.iters, a.trace and (K, c, op) == (4 * H, 4, "allreduce"), op)
+            for K, c, op in cases] if a.only != "mlp" else []
     if comm.rank() == 0 and m is not None:
         name = torch.cuda.get_device_name()
         print(f"\ntensor-parallel MLP on {comm.size()} x {name}, bf16, tokens {T}, hidden {H} (ms per call, "
@@ -248,13 +259,14 @@ def main(argv: list[str] | None = None) -> None:
         print(f"| backward | {m['fuser bwd']:.3f} | {m['eager bwd']:.3f} | {m['fuser bwd, 1 GPU']:.3f} | — |")
     if comm.rank() == 0 and rows:
         name = torch.cuda.get_device_name()
-        print(f"\nrow-parallel linear [{T}, K] x [{H}, K]^T + allreduce, K sharded, on {comm.size()} x {name} "
-              "(ms per call)")
-        print("| K | chunks | pipelined (stream axis) | pipelined, no CUDA graph | not pipelined | "
-              "eager linear + all_reduce | pipelined / not | host issue: pipelined | not pipelined | graph replays |")
-        print("|---|---|---|---|---|---|---|---|---|---|")
-        for (K, c), r in zip(cases, rows):
-            print(f"| {K} | {c} | {r['pipelined']:.3f} | {r['pipelined, no graph']:.3f} | {r['not pipelined']:.3f} | "
+        print(f"\nrow-parallel linear [{T}, K] x [{H}, K]^T, K sharded, and its collective, on {comm.size()} x "
+              f"{name} (ms per call; GPU time of the slowest rank: the median of 4 interleaved rounds, "
+              f"each the median of 5 runs of {a.iters} calls)")
+        print("| collective | K | chunks | pipelined (stream axis) | pipelined, no CUDA graph | not pipelined | "
+              "eager linear + collective | pipelined / not | host issue: pipelined | not pipelined | graph replays |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
+        for (K, c, op), r in zip(cases, rows):
+            print(f"| {op} | {K} | {c} | {r['pipelined']:.3f} | {r['pipelined, no graph']:.3f} | {r['not pipelined']:.3f} | "
                   f"{r['eager']:.3f} | {r['pipelined'] / r['not pipelined']:.2f} | {r['pipelined host']:.3f} | "
                   f"{r['not pipelined host']:.3f} | {r['replays']} |")
 
