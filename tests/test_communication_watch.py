@@ -34,3 +34,26 @@ def test_the_watch_names_each_overdue_communication_once_and_recycles_finished_e
     assert "Communication 0" not in err and "Communication 2" not in err, err
     w.check(103.0)
     assert capsys.readouterr().err == ""  # not named again
+
+
+def test_a_hung_collective_replayed_from_a_graph_ends_the_process(capsys, monkeypatch):
+    """NCCL's watchdog does not see collectives replayed from a CUDA graph: once named, the
+    watch ends the process instead of leaving the rank waiting forever."""
+    from types import SimpleNamespace
+
+    from fuser.host import communication
+
+    monkeypatch.setattr(communication, "val_str", lambda v: v.name)  # (a stand-in tensor)
+    ended = []
+    w = _Watch()
+    w.timeout_s = 5.0
+    w.abort = lambda: ended.append(True)
+    replayed = communication._Replayed((SimpleNamespace(number=0, kind="allreduce", inp=SimpleNamespace(name="T2")),))
+    plain, hung = _Event(), _Event()
+    w.queue.extend([(100.0, plain, "Communication 1 (allgather of T4)"), (101.0, hung, replayed)])
+    w.check(100.5)  # a plainly issued one is named: NCCL's watchdog ends the process later
+    assert "Communication 1 (allgather of T4) has not finished" in capsys.readouterr().err and not ended
+    w.check(102.0)
+    err = capsys.readouterr().err
+    assert "Communication 0 (allreduce of T2) (replayed from a CUDA graph) has not finished" in err, err
+    assert "ending the process" in err and ended == [True], err

@@ -9,6 +9,7 @@ front and back around it.
 from __future__ import annotations
 
 import contextlib
+import os
 from typing import Any, Callable
 
 import torch
@@ -167,6 +168,15 @@ class _Watch:
                 print(f"fuser: rank {rank}: {what} has not finished after {self.timeout_s:.0f} s "
                       "(FUSER_COMM_TIMEOUT): a device of its team did not join it (it failed, or ran other "
                       "communications)", file=sys.stderr, flush=True)
+                if isinstance(what, _Replayed):
+                    # NCCL's watchdog, which ends a process whose collective hangs, does not
+                    # see collectives replayed from a graph: this rank would wait forever
+                    print(f"fuser: rank {rank}: ending the process (a collective replayed from a CUDA graph "
+                          "cannot be cancelled)", file=sys.stderr, flush=True)
+                    self.abort()
+
+    #: how a hung replay ends the process (tests replace it)
+    abort = staticmethod(os.abort)
 
 
 _WATCH = _Watch()
@@ -200,8 +210,16 @@ _CAPTURABLE = frozenset({"allreduce", "allgather", "reduce_scatter", "all_to_all
 
 def capturable(c: Communication) -> bool:
     """Whether `c` may be captured in a CUDA graph: a collective of a NCCL group (gloo's
-    run on the host, outside any graph)."""
-    return c.kind in _CAPTURABLE and not _group(c.team)[1]
+    run on the host, outside any graph) whose buffers NCCL does not register at capture.
+
+    Each rank decides alone whether to replay a graph (its own tensors' addresses repeat),
+    so at one call a rank may replay a collective another issues plainly. NCCL supports
+    that mix, but registers a captured collective's buffers (NCCL_GRAPH_REGISTER), and
+    registered and unregistered buffers may not meet in one collective. fuser starts its
+    groups with NCCL_GRAPH_REGISTER=0; on a group started otherwise without it, loops with
+    collectives run plainly."""
+    return (c.kind in _CAPTURABLE and not _group(c.team)[1]
+            and os.environ.get("NCCL_GRAPH_REGISTER") == "0")
 
 
 def watch_replayed(cs: Any) -> None:

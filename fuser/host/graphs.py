@@ -20,12 +20,13 @@ A sharded fusion's stage loop is graphed with its NCCL collectives (torch.distri
 stream joins the capture through the events it waits on and records): the pipelined
 chunks then cost one launch instead of about 300 µs of host work each, which fell behind
 the chunks' GEMMs. The ranks' agreement on the call is checked before the capture or
-replay (a graph's collectives cannot be stopped once launched). gloo's collectives and
-point-to-point transfers run plainly.
+replay (a graph's collectives cannot be stopped once launched). gloo's collectives,
+point-to-point transfers and loops running a unit through the executor run plainly (see
+`LoopGraphs` and `communication.capturable`); the graphs are released before any process
+group shuts down (`release_communicating`).
 """
 from __future__ import annotations
 
-import functools
 import threading
 import weakref
 from collections import OrderedDict
@@ -36,7 +37,7 @@ import torch
 from fuser.ir import GatherOp, IndexSelectOp, ScatterOp, Val
 from fuser.options import disabled
 
-from .ir import Communication, Evaluate, ForLoop, HostExpr, HostUnit, SetCurrentStream, Synchronize
+from .ir import Communication, Evaluate, ForLoop, HostExpr, HostUnit, PostOnStream, SetCurrentStream, Synchronize
 
 #: graphs kept per loop (least recently used dropped first), and captures a loop may make
 #: before it stops trying (its keys keep changing: the graphs would not be replayed)
@@ -86,6 +87,14 @@ class LoopGraphs:
         #: run on the host and cannot be
         self.communications: tuple[Communication, ...] = tuple(
             b for b in exprs[0].body if isinstance(b, Communication) and b.kind != "local_slice")
+        # a capture that fails after a collective was issued into it leaves NCCL's
+        # communicator in error on this rank alone (the plain rerun and every later
+        # collective then fail): a communicating loop is captured only when its work is
+        # ATen's (a unit run through the executor may fall back to the reference executor,
+        # whose host syncs end a capture)
+        self.off = self.off or bool(self.communications) and any(isinstance(b, PostOnStream) for b in exprs[0].body)
+        #: the device its graphs run on (set at the first capture)
+        self.device: Any = None
 
     def key(self, env: dict, raw: dict, value: Callable[[Val], Any]) -> tuple | None:
         """What fixes the loop's work at this call: None where it must run plainly."""
@@ -129,6 +138,7 @@ class LoopGraphs:
         graph kept under `key`; None (and no more tries) where the capture fails. `workers`:
         the streams the loop may fork to (joined back before the capture ends on a failure)."""
         self.captures += 1
+        self.device = device
         if self.communications:
             _pin_communicators(self)
         side = _capture_stream(device)
@@ -176,20 +186,31 @@ _GUARDED = False
 
 
 def release_communicating() -> None:
-    """Drop every graph that holds collectives (they are captured again at later calls
-    while their groups live): called before a process group is destroyed, else its
-    destroy waits for them forever."""
-    loops = list(_PINNING)
-    if any(g.graphs for g in loops):
-        torch.cuda.synchronize()  # their last replays end first
-    for g in loops:
-        g.graphs.clear()
-        g.seen.clear()
+    """Drop every graph that holds collectives (captured again at later calls while their
+    groups live): run before a process group shuts down, else its destroy waits for them
+    forever."""
+    locks = [_LOCKS[k] for k in sorted(_LOCKS)]
+    for lock in locks:  # (no capture in flight on another thread adds one meanwhile)
+        lock.acquire()
+    try:
+        loops = list(_PINNING)
+        try:
+            for device in {g.device for g in loops if g.graphs and g.device is not None}:
+                torch.cuda.synchronize(device)  # their last replays end first
+        finally:  # (a CUDA error there must not leave the graphs pinning their groups)
+            for g in loops:
+                g.graphs.clear()
+                g.seen.clear()
+                g.captures = 0
+    finally:
+        for lock in reversed(locks):
+            lock.release()
 
 
 def _pin_communicators(g: LoopGraphs) -> None:
-    """Record `g` as holding collectives; on the first, make `dist.destroy_process_group`
-    and the process's exit release such graphs first."""
+    """Record `g` as holding collectives; on the first, make every process group's
+    shutdown (`destroy_process_group` calls it, however the caller imported it) and the
+    process's exit release such graphs first."""
     global _GUARDED
     _PINNING.add(g)
     if _GUARDED:
@@ -197,17 +218,16 @@ def _pin_communicators(g: LoopGraphs) -> None:
     _GUARDED = True
     import atexit
 
-    import torch.distributed as dist
-    import torch.distributed.distributed_c10d as c10d
+    from torch._C._distributed_c10d import ProcessGroup
 
-    destroy = c10d.destroy_process_group
+    shutdown = ProcessGroup.shutdown
 
-    @functools.wraps(destroy)
-    def destroy_process_group(*args: Any, **kwargs: Any) -> Any:
+    def released_first(self: Any, *args: Any, **kwargs: Any) -> Any:
         release_communicating()
-        return destroy(*args, **kwargs)
+        return shutdown(self, *args, **kwargs)
 
-    c10d.destroy_process_group = dist.destroy_process_group = destroy_process_group
+    released_first.__wrapped__ = shutdown  # type: ignore[attr-defined]
+    ProcessGroup.shutdown = released_first
     # (atexit runs last-registered first: before a communicator's own exit hook, made with
     # its group, and before the interpreter's teardown destroys the groups left)
     atexit.register(release_communicating)
@@ -250,15 +270,15 @@ def usable(device: torch.device, rng: bool) -> bool:
 
 
 _SIDE: dict[Any, Any] = {}
-_LOCKS: dict[Any, threading.Lock] = {}
+_LOCKS: dict[Any, Any] = {}
 
 
-def issue_lock(device: torch.device) -> threading.Lock:
+def issue_lock(device: torch.device) -> Any:
     """Held while a thread issues a stream loop on `device`: the worker streams are shared,
     and a worker that joined one thread's capture would record another thread's work."""
     lock = _LOCKS.get(device.index)
     if lock is None:
-        lock = _LOCKS.setdefault(device.index, threading.Lock())
+        lock = _LOCKS.setdefault(device.index, threading.RLock())
     return lock
 
 

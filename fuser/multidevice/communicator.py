@@ -47,6 +47,9 @@ class Communicator:
             if backend == "nccl":
                 kwargs["device_id"] = torch.device("cuda", local)
                 kwargs["timeout"] = datetime.timedelta(seconds=NCCL_TIMEOUT_S)
+                # a rank may replay a collective from a CUDA graph that another issues plainly;
+                # NCCL must not register the captured one's buffers (fuser/host/communication.py)
+                os.environ.setdefault("NCCL_GRAPH_REGISTER", "0")
             dist.init_process_group(**kwargs)
             # the group we started ends with the process (left to interpreter exit, its
             # threads abort the process: "terminate called without an active exception")

@@ -139,6 +139,34 @@ def test_a_stage_loop_and_its_join_are_one_graphable_region_with_its_collectives
     assert capturable(g.communications[0]) is (comm.backend == "nccl"), d
 
 
+def test_a_stage_loop_running_a_fused_kernel_beside_its_collectives_is_not_graphed(comm, mesh, seed):
+    """A unit run through the executor may fall back to the reference executor, whose host
+    syncs would end a capture after a collective went into it (leaving NCCL in error on
+    that rank alone): such a loop runs plainly."""
+    from fuser.host.graphs import LoopGraphs, loop_regions
+    from fuser.host.ir import PostOnStream
+
+    d = comm.size()
+    with FusionDefinition() as fd:
+        xt = fd.define_tensor(shape=[-1, -1, -1], contiguity=[True] * 3, dtype=DataType.Float)
+        wt = fd.define_tensor(shape=[-1, -1], contiguity=[True] * 2, dtype=DataType.Float)
+        y = fd.ops.linear(xt, wt)
+        z = fd.ops.relu(y)
+        fd.add_output(z)
+        _shard(xt, mesh, 2)
+        _shard(wt, mesh, 1)
+        for t in (y, z):
+            t.axis(0).parallelize(ParallelType.stream)
+    x, w = torch.randn(2, 3, 2 * d, device=comm.device), torch.randn(5, 2 * d, device=comm.device)
+    (out,) = fd.execute([block(x, 2, comm), block(w, 1, comm)])
+    assert_close(out, torch.relu(torch.nn.functional.linear(x, w)))
+    exprs = fd._entry.last_runner.program.exprs
+    ((k, j),) = loop_regions(exprs).items()
+    assert any(isinstance(b, PostOnStream) for b in exprs[k].body), exprs[k]
+    g = LoopGraphs(exprs[k:j + 1])
+    assert g.communications and g.off
+
+
 def _at_fixed_addresses(monkeypatch):
     """Buffers the program allocates keep one address per tensor across calls (the caching
     allocator's choice varies with what else ran); the graphs and their keys are real."""
@@ -203,12 +231,12 @@ def test_pipelined_calls_replay_one_cuda_graph_with_their_collectives(comm, mesh
     assert [c.kind for c in g.communications] == [kind]
     assert (g.captures, g.replays) == (1, calls - 1), (g.captures, g.replays, g.off)
     # a captured collective pins its NCCL communicator (destroying the group would wait for
-    # the graph forever): destroying a group releases fuser's graphs first
-    import torch.distributed as dist
-
+    # the graph forever): a group's shutdown releases fuser's graphs first
     from fuser.host.graphs import release_communicating
 
-    assert getattr(dist.destroy_process_group, "__wrapped__", None) is not None
+    from torch._C._distributed_c10d import ProcessGroup
+
+    assert getattr(ProcessGroup.shutdown, "__wrapped__", None) is not None  # (destroy_process_group calls it)
     release_communicating()
     assert not g.graphs
     for _ in range(2):
