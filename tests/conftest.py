@@ -74,3 +74,23 @@ def kernel_writes_checked(monkeypatch):
 
     cls = kernels_mod.GeneratedKernel
     monkeypatch.setattr(cls, "run", checked_run(cls.run))
+
+
+@pytest.fixture
+def fixed_addresses(monkeypatch):
+    """Buffers a host program allocates keep one address per tensor across calls (the
+    caching allocator's choice of blocks varies with what else ran), so stream-loop graphs
+    are captured and replayed as a model's steady state would; the graphs and their keys
+    are the real ones. The fusion cache is reset: an evaluator must be built with the patch."""
+    from fuser.frontend.cache import FusionCache
+    from fuser.host.evaluator import HostIrEvaluator
+
+    fixed: dict = {}
+    allocate = HostIrEvaluator._allocate
+
+    def at_fixed(self, e, state):
+        allocate(self, e, state)
+        state.env[e.tv] = fixed.setdefault(e.tv, state.env[e.tv])
+
+    monkeypatch.setattr(HostIrEvaluator, "_allocate", at_fixed)
+    FusionCache.reset()

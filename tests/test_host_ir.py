@@ -228,21 +228,10 @@ def _gelu_mm(x, w):
 
 
 @pytest.mark.gpu
-def test_stream_loop_is_replayed_from_a_cuda_graph(monkeypatch):
+def test_stream_loop_is_replayed_from_a_cuda_graph(fixed_addresses):
     """Once a call's addresses were seen before, the loop is one graph replay: it reads
     what those addresses hold at each call (new values in place give eager's results),
     and a call with other tensors runs for its own addresses."""
-    # the loop's buffers at fixed addresses (the caching allocator's choice of blocks
-    # varies with what else runs); the graphs and their keys are the real ones
-    fixed: dict = {}
-    allocate = HostIrEvaluator._allocate
-
-    def at_fixed_addresses(self, e, state):
-        allocate(self, e, state)
-        state.env[e.tv] = fixed.setdefault(e.tv, state.env[e.tv])
-
-    monkeypatch.setattr(HostIrEvaluator, "_allocate", at_fixed_addresses)
-    FusionCache.reset()  # the evaluator must be built with the patch
     fd = _matmul_gelu_loop()
     x = torch.randn(4, 64, 128, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(128, 96, device="cuda", dtype=torch.bfloat16)
@@ -261,23 +250,17 @@ def test_stream_loop_is_replayed_from_a_cuda_graph(monkeypatch):
 
 
 @pytest.mark.gpu
-def test_a_loop_whose_capture_fails_runs_plainly_from_then_on(monkeypatch):
+def test_a_loop_whose_capture_fails_runs_plainly_from_then_on(fixed_addresses, monkeypatch):
     """An expression a graph cannot hold (here: one that raises only while captured) ends
     the capture cleanly: the call runs plainly, the loop is not captured again, the
     caller's stream is current, and the worker streams serve the next loops."""
-    fixed: dict = {}
-    allocate, post = HostIrEvaluator._allocate, HostIrEvaluator._post
-
-    def at_fixed_addresses(self, e, state):
-        allocate(self, e, state)
-        state.env[e.tv] = fixed.setdefault(e.tv, state.env[e.tv])
+    post = HostIrEvaluator._post
 
     def fails_in_capture(self, e, state):
         if torch.cuda.is_current_stream_capturing():
             raise RuntimeError("cannot be captured")
         post(self, e, state)
 
-    monkeypatch.setattr(HostIrEvaluator, "_allocate", at_fixed_addresses)
     monkeypatch.setattr(HostIrEvaluator, "_post", fails_in_capture)
     FusionCache.reset()  # an evaluator built before the patches (another test's) would not fail
     fd = _matmul_gelu_loop()

@@ -89,10 +89,7 @@ def test_row_parallel_linear_into_sequence_shards_pipelines_reduce_scatters(comm
     assert "type=ReduceScatter" in _loop_body(fd)
 
 
-def test_column_parallel_linear_pipelines_the_allgather_of_sequence_shards(comm, mesh, seed):
-    d = comm.size()
-    C, S, K = 4, 2 * d, 6
-    x, w = torch.randn(C, S, K, device=comm.device), torch.randn(4 * d, K, device=comm.device)
+def _column_parallel(mesh):
     with FusionDefinition() as fd:
         xt = fd.define_tensor(shape=[-1, -1, -1], contiguity=[True] * 3, dtype=DataType.Float)
         wt = fd.define_tensor(shape=[-1, -1], contiguity=[True] * 2, dtype=DataType.Float)
@@ -103,6 +100,14 @@ def test_column_parallel_linear_pipelines_the_allgather_of_sequence_shards(comm,
         y.axis(0).parallelize(ParallelType.stream)
         _shard(y, mesh, 2)
         fd.add_output(y)
+    return fd
+
+
+def test_column_parallel_linear_pipelines_the_allgather_of_sequence_shards(comm, mesh, seed):
+    d = comm.size()
+    C, S, K = 4, 2 * d, 6
+    x, w = torch.randn(C, S, K, device=comm.device), torch.randn(4 * d, K, device=comm.device)
+    fd = _column_parallel(mesh)
     (out,) = fd.execute([block(x, 1, comm), block(w, 0, comm)])
     assert_close(out, block(torch.nn.functional.linear(x, w), 2, comm))
     body = _loop_body(fd)
@@ -167,45 +172,13 @@ def test_a_stage_loop_running_a_fused_kernel_beside_its_collectives_is_not_graph
     assert g.communications and g.off
 
 
-def _at_fixed_addresses(monkeypatch):
-    """Buffers the program allocates keep one address per tensor across calls (the caching
-    allocator's choice varies with what else ran); the graphs and their keys are real."""
-    from fuser.host.evaluator import HostIrEvaluator
-    from fuser.frontend.cache import FusionCache
-
-    fixed: dict = {}
-    allocate = HostIrEvaluator._allocate
-
-    def at_fixed(self, e, state):
-        allocate(self, e, state)
-        state.env[e.tv] = fixed.setdefault(e.tv, state.env[e.tv])
-
-    monkeypatch.setattr(HostIrEvaluator, "_allocate", at_fixed)
-    FusionCache.reset()  # the evaluator must be built with the patch
-
-
-def _column_parallel(mesh):
-    with FusionDefinition() as fd:
-        xt = fd.define_tensor(shape=[-1, -1, -1], contiguity=[True] * 3, dtype=DataType.Float)
-        wt = fd.define_tensor(shape=[-1, -1], contiguity=[True] * 2, dtype=DataType.Float)
-        _shard(xt, mesh, 1)
-        xt.axis(0).parallelize(ParallelType.stream)
-        _shard(wt, mesh, 0)
-        y = fd.ops.linear(xt, wt)
-        y.axis(0).parallelize(ParallelType.stream)
-        _shard(y, mesh, 2)
-        fd.add_output(y)
-    return fd
-
-
 @pytest.mark.parametrize("kind", ["allreduce", "reduce_scatter", "allgather"])
-def test_pipelined_calls_replay_one_cuda_graph_with_their_collectives(comm, mesh, seed, kind, monkeypatch):
+def test_pipelined_calls_replay_one_cuda_graph_with_their_collectives(comm, mesh, seed, kind, fixed_addresses):
     """From the second call at the same addresses, the stage loop with its NCCL
     collectives is one graph replay: each call reads the new values in place and gives
     the unsharded result's shard."""
     if comm.backend != "nccl":
         pytest.skip("CUDA graphs hold NCCL's collectives (gloo's run on the host)")
-    _at_fixed_addresses(monkeypatch)
     d = comm.size()
     C, T, K, N = 4, 4 * d, 8 * d, 8 * d
     fd = {"allreduce": lambda: _row_parallel(mesh), "reduce_scatter": lambda: _row_parallel(mesh, out_axis=1),
