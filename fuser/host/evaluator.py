@@ -426,7 +426,7 @@ class HostIrEvaluator:
         pending = start(e, env.get(e.inp), dest)  # (a receiver does not hold the input)
         pending.dest = dest
         env[e.out] = pending  # until its Wait
-        if e.kind == "local_slice":  # no communication: there is no Wait
+        if not e.communicates:  # (a local slice: there is no Wait)
             self._finish(pending, e, state)
 
     def _wait(self, e: Wait, state: "_State") -> None:

@@ -37,7 +37,7 @@ import torch
 from fuser.ir import GatherOp, IndexSelectOp, ScatterOp, Val
 from fuser.options import disabled
 
-from .ir import Communication, Evaluate, ForLoop, HostExpr, HostUnit, PostOnStream, SetCurrentStream, Synchronize
+from .ir import Communication, Evaluate, ForLoop, HostExpr, HostUnit, PostOnStream, join_end
 
 #: graphs kept per loop (least recently used dropped first), and captures a loop may make
 #: before it stops trying (its keys keep changing: the graphs would not be replayed)
@@ -47,23 +47,12 @@ MAX_CAPTURES = 16
 
 def loop_regions(exprs: Sequence[HostExpr]) -> dict[int, int]:
     """Stream loops of a top-level expression list, as {position of the work loop:
-    position of its join's last expression}: the loop, `SetCurrentStream` back to the
-    caller's stream, then the loop waiting for each worker (a compute loop) or a
-    `Synchronize` of each stage's stream (a stage loop; what `lower_streams` makes)."""
+    position of its join's last expression} (`join_end`)."""
     out = {}
-    for k in range(len(exprs) - 2):
-        work, back, join = exprs[k], exprs[k + 1], exprs[k + 2]
-        if not (isinstance(work, ForLoop) and work.on_workers and isinstance(back, SetCurrentStream)):
-            continue
-        if isinstance(join, ForLoop) and join.is_join:
-            out[k] = k + 2
-            continue
-        stages = {b.stream.number for b in work.body if isinstance(b, SetCurrentStream)}
-        j = k + 2
-        while j < len(exprs) and isinstance(exprs[j], Synchronize) and exprs[j].stream.number in stages:
-            j += 1
-        if j - (k + 2) == len(stages):
-            out[k] = j - 1
+    for k in range(len(exprs)):
+        j = join_end(exprs, k)
+        if j is not None:
+            out[k] = j
     return out
 
 
@@ -86,7 +75,7 @@ class LoopGraphs:
         #: the loop (torch.distributed joins its stream to the capture and back); gloo's
         #: run on the host and cannot be
         self.communications: tuple[Communication, ...] = tuple(
-            b for b in exprs[0].body if isinstance(b, Communication) and b.kind != "local_slice")
+            b for b in exprs[0].body if isinstance(b, Communication) and b.communicates)
         # a capture that fails after a collective was issued into it leaves NCCL's
         # communicator in error on this rank alone (the plain rerun and every later
         # collective then fail): a communicating loop is captured only when its work is

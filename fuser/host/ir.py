@@ -249,6 +249,11 @@ class Communication(HostExpr):
     def outputs(self) -> tuple[Val, ...]:  # type: ignore[override]
         return (self.out,)
 
+    @property
+    def communicates(self) -> bool:
+        """Whether devices exchange data (a local slice only keeps this device's block)."""
+        return self.kind != "local_slice"
+
     def text(self, indent: str) -> str:
         detail = "".join(f", {k}={v}" for k, v in (("axis", self.axis), ("out_axis", self.out_axis),
                                                    ("op", self.op), ("root", self.root)) if v is not None)
@@ -389,6 +394,23 @@ def host_index(fusion: Fusion, name: str = "StreamIdx") -> Scalar:
     return s
 
 
+def join_end(exprs: Sequence[HostExpr], k: int) -> int | None:
+    """Where the join of stream loop `exprs[k]` ends (what `lower_streams` makes: the loop,
+    `SetCurrentStream` back to the caller's stream, then the loop waiting for each worker,
+    or a `Synchronize` of each stage's stream); None where `exprs[k]` is no such loop."""
+    work = exprs[k]
+    if not (isinstance(work, ForLoop) and work.on_workers and k + 2 < len(exprs)
+            and isinstance(exprs[k + 1], SetCurrentStream)):
+        return None
+    if isinstance(exprs[k + 2], ForLoop) and exprs[k + 2].is_join:
+        return k + 2
+    stages = {b.stream.number for b in work.body if isinstance(b, SetCurrentStream)}
+    j = k + 2
+    while j < len(exprs) and isinstance(exprs[j], Synchronize) and exprs[j].stream.number in stages:
+        j += 1
+    return j - 1 if j - (k + 2) == len(stages) else None
+
+
 def _sc(s: Val) -> str:
     return getattr(s, "host_name", None) or (scalar_str(s) if isinstance(s, Scalar) else val_str(s))
 
@@ -396,5 +418,5 @@ def _sc(s: Val) -> str:
 __all__ = [
     "Allocate", "Communication", "Deallocate", "Evaluate", "ForLoop", "GetCurrentStream", "HirAliasSelect", "HostExpr",
     "HostIrContainer", "HostUnit", "LaunchKernel", "PostOnStream", "SetCurrentStream", "Stream", "Synchronize",
-    "Wait", "local_slice", "host_index",
+    "Wait", "join_end", "local_slice", "host_index",
 ]

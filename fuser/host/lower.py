@@ -19,14 +19,16 @@ from fuser.segment import SegmentedFusion, SegmentedGroup
 
 from .ir import (
     Allocate,
+    Communication,
     Deallocate,
     Evaluate,
-    ForLoop,
     HostExpr,
     HostIrContainer,
     HostUnit,
     LaunchKernel,
     PostOnStream,
+    Wait,
+    join_end,
 )
 
 
@@ -64,8 +66,6 @@ def lower_communications(program: HostIrContainer, sharded: Any, rank: int | Non
     `set` of `sharded` (a ShardedFusion) becomes a Communication and its Wait (or a local
     slice), numbered in program order; the work of meshes without `rank`, and the
     communications it takes no part in, are left out (their tensors are absent here)."""
-    from .ir import Allocate, Communication, Wait
-
     import torch.distributed as dist
 
     if rank is None:
@@ -185,21 +185,11 @@ def _released_after(exprs: Sequence[HostExpr], k: int) -> int:
     """Where a tensor last read by `exprs[k]` may be released: after it, or, when it is a
     stream loop, after the loop joining its worker streams. Released earlier, the buffer
     could be reused on the caller's stream while a worker still reads it."""
-    from .ir import Communication, Wait
-
-    from .ir import SetCurrentStream, Synchronize
-
     e = exprs[k]
     if isinstance(e, Communication):  # the collective reads it until its Wait
         return next((j for j in range(k + 1, len(exprs)) if isinstance(exprs[j], Wait) and exprs[j].number == e.number), k)
-    if not (isinstance(e, ForLoop) and e.on_workers):
-        return k
-    # the join: back on the caller's stream, which waits for each worker or stage stream
-    j = k
-    while j + 1 < len(exprs) and (isinstance(exprs[j + 1], (SetCurrentStream, Synchronize)) or (
-            isinstance(exprs[j + 1], ForLoop) and exprs[j + 1].is_join)):
-        j += 1
-    return j
+    j = join_end(exprs, k)  # (a stream loop: the caller's stream waits for each worker or stage there)
+    return k if j is None else j
 
 
 def as_declared(x: Any, tv: Val) -> Any:

@@ -233,7 +233,7 @@ def _loop(run: list[HostExpr], exact: ExactMap, fusion: Fusion, number: int, own
 def stage_ends(run: Sequence[HostExpr]) -> list[bool]:
     """Per expression of a loop's run: whether it ends a stage (a communication: what
     follows it runs on the next stage's stream). None ends one in a compute loop."""
-    return [isinstance(e, Communication) and e.kind != "local_slice" for e in run]  # (a slice: no collective)
+    return [isinstance(e, Communication) and e.communicates for e in run]
 
 
 def _stage_loop(run: list[HostExpr], exact: ExactMap, fusion: Fusion, number: int,
