@@ -707,9 +707,7 @@ class FusionDefinition:
         from fuser.host.executor import segmented_runner
 
         self._ensure_defined()
-        from fuser.multidevice.sharding import is_sharded
-
-        if is_sharded(self.fusion):
+        if self._entry.sharded:
             raise NotImplementedError("fd.segment of a sharded fusion (tensors on a DeviceMesh) is not supported: its "
                                       "segments are the work between communications, which `execute` runs")
         runner = segmented_runner(self._entry, _flatten_inputs(inputs))

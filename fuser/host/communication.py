@@ -8,8 +8,12 @@ front and back around it.
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
+import sys
+import threading
+import time
 from typing import Any, Callable
 
 import torch
@@ -106,9 +110,6 @@ class _Watch:
     captures a CUDA graph could spoil the capture: it is kept to the hung case)."""
 
     def __init__(self) -> None:
-        import collections
-        import threading
-
         self.queue: Any = collections.deque()  # (deadline, event, what), oldest first
         self.spare: list[Any] = []  # events whose communication finished, to record again
         self.lock = threading.Lock()
@@ -118,8 +119,6 @@ class _Watch:
 
     def start(self, timeout_s: float) -> None:
         """Watch the communications of a process whose collectives run on GPUs."""
-        import threading
-
         self.timeout_s = timeout_s
         self.on = True
         if self.thread is None or not self.thread.is_alive():
@@ -127,8 +126,6 @@ class _Watch:
             self.thread.start()
 
     def add(self, what: Any) -> None:
-        import time
-
         if torch.cuda.is_current_stream_capturing():
             return
         with self.lock:
@@ -140,8 +137,6 @@ class _Watch:
             queue.append((time.monotonic() + self.timeout_s, ev, what))
 
     def _run(self) -> None:
-        import time
-
         while self.on:
             time.sleep(0.5)
             try:
@@ -153,8 +148,6 @@ class _Watch:
     def check(self, now: float) -> None:
         """Name each communication past its deadline whose event has not completed, once
         (one that completed has its event recorded again)."""
-        import sys
-
         import torch.distributed as dist
 
         with self.lock:

@@ -329,8 +329,7 @@ class HostIrEvaluator:
     def _loop(self, e: ForLoop, state: "_State") -> None:
         env = state.env
         stop = int(env[e.stop] if e.stop in env else state.ref.value(e.stop))
-        join = e.is_join
-        if join:
+        if e.is_join:
             # a join: worker streams repeat every NUM_STREAMS iterations, and a wait on a
             # stream covers all the work queued on it, so one wait per worker is the same
             stop = min(stop, NUM_STREAMS)
@@ -347,11 +346,10 @@ class HostIrEvaluator:
         with issue_lock(self.device):
             key = None
             if not g.off and usable(self.device, bool(self.rng_streams)):
-                if g.communications and not all(capturable(c) for c in g.communications):
-                    g.off = True
-                else:
-                    key = g.key(state.env, state.raw, state.ref.value)
+                key = g.key(state.env, state.raw, state.ref.value)
             graph, capture = g.lookup(key) if key is not None else (None, False)
+            if capture and g.communications and not all(capturable(c) for c in g.communications):
+                g.off, capture = True, False  # (asked once: a graph exists only where it held)
             if g.communications and (graph is not None or capture):
                 settle()  # the ranks agree on this call before a graph issues its collectives
             if graph is None and capture:

@@ -3,6 +3,8 @@ and input placement) and the segmenter's predicate that keeps each resharding in
 segment of its own, so that it becomes a Communication of the host program."""
 from __future__ import annotations
 
+import datetime
+import time
 import zlib
 from typing import Any, Callable
 
@@ -79,8 +81,6 @@ class _Channel:
     _instance: "_Channel | None" = None
 
     def __init__(self, device: torch.device) -> None:
-        import datetime
-
         import torch.distributed as dist
 
         from fuser.multidevice.communicator import NCCL_TIMEOUT_S, TIMEOUT_S
@@ -125,8 +125,6 @@ class _Channel:
             self.every = [torch.empty_like(mine) for _ in range(self.size)]
             self.work = dist.all_gather(self.every, mine, group=self.group, async_op=True)
             return
-        import time
-
         self.posted = time.monotonic()
         host, dev = self.host, self.on_device
         host[0], host[1] = flag, fingerprint
@@ -139,8 +137,6 @@ class _Channel:
     def collect(self) -> list[tuple[int, int]]:
         """Every rank's (flag, fingerprint), in rank order, once every rank has posted;
         raises when one has not within the communication timeout."""
-        import time
-
         if not self.nccl:
             try:
                 self.work.wait()  # (gloo raises after the group's timeout)

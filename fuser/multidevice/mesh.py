@@ -55,7 +55,6 @@ class DeviceMesh:
         except ValueError:
             raise ValueError(f"device {device} is not in {self}") from None
 
-
     def __eq__(self, other: object) -> bool:
         return isinstance(other, DeviceMesh) and other._devices == self._devices
 

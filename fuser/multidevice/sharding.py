@@ -414,7 +414,7 @@ class _Propagation:
         (DTensor calls return it as Partial; its readers still read the sum)."""
         whole = Sharding(self.out.shardings[v].mesh)
         if self.keep_partial and v in self.fusion._output_set:
-            if any(u for u in v.uses):
+            if v.uses:
                 copy = self._new_reshard(v, whole)
                 for use in [u for u in v.uses if u is not copy.definition]:
                     _replace_input(use, v, copy)
