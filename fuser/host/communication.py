@@ -3,8 +3,9 @@ CPUs): each starts asynchronously on the current stream and is finished by its `
 
 Tensors are sharded in equal blocks: device k of the team holds the k-th block of the
 sharded axis. A collective works on the blocks laid out along dimension 0 (what NCCL's
-allgather and reduce-scatter concatenate), so a sharded axis elsewhere is moved to the
-front and back around it.
+allgather and reduce-scatter concatenate). For a sharded axis elsewhere, NCCL runs one
+collective per slice of the axes before it, coalesced into one launch, where those are
+few; otherwise (and on gloo) the axis is moved to the front and back around it, a copy.
 """
 from __future__ import annotations
 
@@ -252,6 +253,20 @@ def _group(team: tuple[int, ...]) -> tuple[Any, bool]:
     return got
 
 
+def _pg(group: Any) -> Any:
+    """The process group itself (`_group` gives None for the world's)."""
+    import torch.distributed as dist
+
+    return group if group is not None else dist.group.WORLD
+
+
+def _c10d() -> Any:
+    """c10d's bindings (some option types torch.distributed does not export)."""
+    from torch._C import _distributed_c10d
+
+    return _distributed_c10d
+
+
 def _rank() -> int:
     import torch.distributed as dist
 
@@ -265,6 +280,22 @@ def _position(team: tuple[int, ...]) -> int:
     if rank not in team:
         raise RuntimeError(f"rank {rank} is not in the team {team} of this communication")
     return team.index(rank)
+
+
+#: most slices a collective on an inner axis runs as coalesced per-slice collectives
+#: (each is host work at launch); more than this, the axis is moved to the front (a copy)
+MAX_COALESCED_SLICES = 16
+
+
+def _slices(x: torch.Tensor, axis: int, gloo: bool) -> int:
+    """How many dense [axis, ...] slices a collective on `axis` of `x` runs as, coalesced:
+    0 where it runs on the axis moved to the front instead."""
+    if gloo or axis == 0 or not x.is_contiguous() or x.numel() == 0:
+        return 0
+    p = 1
+    for n in x.shape[:axis]:
+        p *= n
+    return p if 1 < p <= MAX_COALESCED_SLICES else 0
 
 
 def _front(x: torch.Tensor, axis: int) -> torch.Tensor:
@@ -327,9 +358,18 @@ def start(c: Communication, x: torch.Tensor | None, dest: Any = None) -> Pending
         opts = dist.AllreduceOptions()
         opts.reduceOp = getattr(dist.ReduceOp, _REDUCE[c.op])
         opts.asyncOp = True
-        work = (group if group is not None else dist.group.WORLD).allreduce([buf], opts)
+        work = _pg(group).allreduce([buf], opts)
         return Pending(work, lambda: buf, what, (buf,))
     if c.kind == "allgather":
+        p = _slices(x, c.axis, gloo)
+        if p:  # [*lead, b, *rest] -> [*lead, b * d, *rest], one allgather per leading slice
+            shape = (*x.shape[:c.axis], x.shape[c.axis] * d, *x.shape[c.axis + 1:])
+            out = _into(dest, shape, x)
+            opts = _c10d().AllgatherOptions()
+            opts.asyncOp = True
+            work = _pg(group).allgather_into_tensor_coalesced(
+                list(out.view(p, -1).unbind(0)), list(x.view(p, -1).unbind(0)), opts)
+            return Pending(work, lambda: out, what, (x, out))
         src = _front(x, c.axis)
         out = _into(dest if c.axis == 0 else None, (src.shape[0] * d, *src.shape[1:]), src)
         if gloo:  # gloo has no allgather into one tensor
@@ -339,6 +379,16 @@ def start(c: Communication, x: torch.Tensor | None, dest: Any = None) -> Pending
             work = dist.all_gather_into_tensor(out, src, group=group, async_op=True)
         return Pending(work, lambda: _back(out, c.axis), what, (src, out))
     if c.kind == "reduce_scatter":
+        p = _slices(x, c.out_axis, gloo)
+        if p:  # [*lead, n, *rest] -> [*lead, n / d, *rest], one reduce-scatter per leading slice
+            a = c.out_axis
+            out = _into(dest, (*x.shape[:a], _block(x.shape[a], d, what), *x.shape[a + 1:]), x)
+            opts = _c10d().ReduceScatterOptions()
+            opts.reduceOp = getattr(dist.ReduceOp, _REDUCE[c.op])
+            opts.asyncOp = True
+            work = _pg(group).reduce_scatter_tensor_coalesced(
+                list(out.view(p, -1).unbind(0)), list(x.view(p, -1).unbind(0)), opts)
+            return Pending(work, lambda: out, what, (x, out))
         src = _front(x, c.out_axis)
         b = _block(src.shape[0], d, what)
         op = getattr(dist.ReduceOp, _REDUCE[c.op])

@@ -144,6 +144,42 @@ def test_row_parallel_linear_into_a_sharded_output_is_a_reduce_scatter(comm, mes
     assert comms(fd) == ["ReduceScatter"]
 
 
+@pytest.mark.parametrize("lead", [3, 20])  # coalesced per-slice collectives on NCCL; more slices than that move the axis
+def test_collectives_on_an_inner_axis(comm, mesh, seed, lead):
+    """An allgather and a reduce-scatter on axis 1 of a [lead, ...] tensor: on NCCL a few
+    leading slices run as one coalesced collective each, writing dense outputs in place;
+    many slices (and gloo) move the axis to the front."""
+    from fuser.host.communication import MAX_COALESCED_SLICES
+
+    d = comm.size()
+    x, w = torch.randn(lead, 2 * d, 4 * d, device=comm.device), torch.randn(6, 4 * d, device=comm.device)
+    with FusionDefinition() as fd:  # row-parallel linear into an output sharded on its token axis
+        xt = sharded_input(fd, 3, mesh, 2)
+        wt = sharded_input(fd, 2, mesh, 1)
+        y = fd.ops.linear(xt, wt)
+        fd.add_output(y)
+        y.set_device_mesh(mesh)
+        y.outer_split(1, d)
+        y.axis(1).parallelize(ParallelType.mesh_x)
+    (out,) = fd.execute([block(x, 2, comm), block(w, 1, comm)])
+    assert comms(fd) == ["ReduceScatter"]
+    assert_close(out, block(torch.nn.functional.linear(x, w), 1, comm))
+    coalesced = comm.backend == "nccl" and lead <= MAX_COALESCED_SLICES
+    if coalesced:  # (a moved axis comes back as a view)
+        assert out.is_contiguous()
+    with FusionDefinition() as fd:  # a sharded axis gathered in the middle
+        xt = sharded_input(fd, 3, mesh, 1)
+        y = fd.ops.exp(xt)
+        fd.add_output(y)
+        y.set_device_mesh(mesh)
+    (out,) = fd.execute([block(x, 1, comm)])
+    assert comms(fd) == ["Allgather"]
+    assert out.shape == x.shape
+    assert_close(out, x.exp())
+    if coalesced:
+        assert out.is_contiguous()
+
+
 def test_column_parallel_linear_slices_the_bias_and_keeps_the_output_sharded(comm, mesh, seed):
     d = comm.size()
     x, w, b = (torch.randn(5, 6, device=comm.device), torch.randn(4 * d, 6, device=comm.device),
@@ -234,7 +270,7 @@ def test_a_bad_input_after_cached_calls_stops_every_rank_and_the_next_call_runs(
     assert_close(s, good.sum(0) * comm.size())
 
 
-def test_a_call_that_fails_before_its_agreement_is_checked_leaves_the_ranks_in_step(comm, mesh, seed, monkeypatch):
+def test_a_call_that_fails_before_its_agreement_is_checked_leaves_the_ranks_in_step(comm, mesh, seed):
     """Rank 1's blocks differ from rank 0's (each valid locally), and rank 0 fails in its
     local work before its first communication, so its agreement is left unchecked: the
     next call collects it without raising it again, and every rank's later calls pair up
@@ -249,10 +285,10 @@ def test_a_call_that_fails_before_its_agreement_is_checked_leaves_the_ranks_in_s
             raise RuntimeError("a local failure before the first communication")
 
         runner = fd._entry.last_runner  # the cached program: its first step (the local sum) fails
-        monkeypatch.setattr(runner, "_steps", [(fail, runner._steps[0][1]), *runner._steps[1:]])
-        with pytest.raises(RuntimeError, match="a local failure"):
-            fd.execute([good])
-        monkeypatch.undo()
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(runner, "_steps", [(fail, runner._steps[0][1]), *runner._steps[1:]])
+            with pytest.raises(RuntimeError, match="a local failure"):
+                fd.execute([good])
     else:
         with pytest.raises(ValueError, match=r"inputs differ in shape or dtype"):
             fd.execute([torch.randn(2, 4, device=comm.device)])
