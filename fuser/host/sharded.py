@@ -4,6 +4,7 @@ segment of its own, so that it becomes a Communication of the host program."""
 from __future__ import annotations
 
 import datetime
+import os
 import time
 import zlib
 from typing import Any, Callable
@@ -70,17 +71,16 @@ def sharded_should_merge(sharded: ShardedFusion,
     return should_merge
 
 
-class _Channel:
-    """What the ranks agree over: under NCCL a communicator of its own, whose allgather of
-    two numbers per rank runs on a side stream (none of it behind the data collectives or
-    the compute queued on the caller's stream); under gloo the default group. Either is
-    posted first and collected before the call's first communication, so the host issues
-    the call's local work meanwhile. (A gloo group beside NCCL cost 280 µs alone and 700
-    µs inside a call on an H200 host: more than the rest of a pipelined call's host work.)"""
+class _GroupChannel:
+    """What the ranks agree over when they do not share a host (or FUSER_DISABLE=
+    shared_agreement): under NCCL a communicator of its own, whose allgather of two numbers
+    per rank runs on a side stream (none of it behind the data collectives or the compute
+    queued on the caller's stream); under gloo the default group. Either is posted first
+    and collected before the call's first communication, so the host issues the call's
+    local work meanwhile. (The allgather needs an SM: behind a GEMM that holds every SM the
+    host waits for the GEMM, which made a cached call's GPU time host + GPU on an H200.)"""
 
-    _instance: "_Channel | None" = None
-
-    def __init__(self, device: torch.device) -> None:
+    def __init__(self, device: torch.device | None) -> None:
         import torch.distributed as dist
 
         from fuser.multidevice.communicator import NCCL_TIMEOUT_S, TIMEOUT_S
@@ -100,21 +100,6 @@ class _Channel:
             self.done = torch.cuda.Event()
         else:
             self.group = None
-
-    @classmethod
-    def get(cls, inputs: Any) -> "_Channel":
-        """The channel (made on the first call: every rank makes it then), on the device
-        of the call's first CUDA input (its rank's GPU, whether or not the process made it
-        current), else the current one."""
-        import torch.distributed as dist
-
-        got = cls._instance
-        if got is None or got.size != dist.get_world_size():
-            device = next((x.device for x in inputs if isinstance(x, torch.Tensor) and x.is_cuda), None)
-            if device is None:
-                device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else None
-            got = cls._instance = cls(device)
-        return got
 
     def post(self, flag: int, fingerprint: int) -> None:
         """Send this rank's (flag, fingerprint) to every rank (gloo: and receive theirs)."""
@@ -150,12 +135,147 @@ class _Channel:
                 spins += 1
                 if spins > 2000:
                     if time.monotonic() > deadline:
-                        raise RuntimeError(
-                            f"not every rank came to this call of a sharded fusion within {self.timeout_s:.0f} s "
-                            "(FUSER_COMM_TIMEOUT): a rank stopped, or runs other fusions")
+                        raise _late(self.timeout_s)
                     time.sleep(50e-6)
         got = self.host[2:].tolist()
         return [(got[2 * k], got[2 * k + 1]) for k in range(self.size)]
+
+
+
+def _late(timeout_s: float) -> RuntimeError:
+    return RuntimeError(f"not every rank came to this call of a sharded fusion within {timeout_s:.0f} s "
+                        "(FUSER_COMM_TIMEOUT): a rank stopped, or runs other fusions")
+
+
+class _SharedChannel:
+    """What ranks of one host agree over: a shared-memory file in which each rank writes one
+    64-bit word per call (the call's number, its flag and fingerprint) and reads the
+    others'. No GPU work and no network: a call never waits for kernels queued before it.
+    Words alternate between two rows by call parity: a rank can only write call n + 2 once
+    every rank has written n + 1, which each does after reading call n."""
+
+    _CALL = (1 << 31) - 1
+
+    def __init__(self, path: str, size: int, rank: int, timeout_s: float) -> None:
+        import ctypes
+        import mmap
+
+        fd = os.open(path, os.O_RDWR)
+        try:
+            self.map = mmap.mmap(fd, 16 * size)
+        finally:
+            os.close(fd)
+        # one aligned 8-byte word per rank and row: written and read whole (never torn)
+        self.words = (ctypes.c_uint64 * (2 * size)).from_buffer(self.map)
+        self.size, self.rank, self.timeout_s = size, rank, timeout_s
+        self.calls = 0
+
+    @classmethod
+    def make(cls, k: int) -> "_SharedChannel | None":
+        """Every rank's channel (a collective over the default store: every rank calls
+        this at the same call), or None on every rank when they do not all share a host,
+        or the file cannot be made or opened on one of them. `k` numbers the channels
+        this process made (the same on every rank), naming this one's keys."""
+        import socket
+        import tempfile
+
+        import torch.distributed as dist
+
+        from fuser.multidevice.communicator import TIMEOUT_S
+
+        store = dist.distributed_c10d._get_default_store()
+        size, rank = dist.get_world_size(), dist.get_rank()
+        key = f"fuser/agreement/{k}/"
+
+        def every(what: str, mine: str) -> list[str]:
+            store.set(f"{key}{what}/{rank}", mine)
+            return [store.get(f"{key}{what}/{r}").decode() for r in range(size)]
+
+        here = socket.gethostname() + ":" + _boot_id()
+        if len(set(every("host", here))) > 1:
+            return None
+        path = ""
+        if rank == 0:
+            try:
+                fd, path = tempfile.mkstemp(prefix="fuser-agreement-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+                os.ftruncate(fd, 16 * size)
+                os.close(fd)
+            except OSError:
+                path = ""
+        path = every("path", path)[0]
+        got: _SharedChannel | None = None
+        if path:
+            try:
+                got = cls(path, size, rank, TIMEOUT_S)
+            except OSError:
+                got = None
+        opened = every("opened", "1" if got is not None else "0")
+        if rank == 0 and path:
+            os.unlink(path)  # (every rank has it mapped, or gave up on it)
+        return got if all(o == "1" for o in opened) else None
+
+    def post(self, flag: int, fingerprint: int) -> None:
+        """Write this rank's word for the next call."""
+        self.calls += 1
+        self.posted = time.monotonic()
+        n = self.calls & self._CALL
+        self.words[(n & 1) * self.size + self.rank] = (n << 33) | (flag << 32) | (fingerprint & 0xFFFFFFFF)
+
+    def collect(self) -> list[tuple[int, int]]:
+        """Every rank's (flag, fingerprint) for this call, once every rank has written it;
+        raises when one has not within the communication timeout."""
+        n = self.calls & self._CALL
+        base = (n & 1) * self.size
+        words = self.words
+        got = []
+        for r in range(base, base + self.size):
+            spins = 0
+            while words[r] >> 33 != n:
+                spins += 1
+                if spins > 200:  # microseconds when the ranks are in step: spin, then doze
+                    if time.monotonic() > self.posted + self.timeout_s:
+                        raise _late(self.timeout_s)
+                    time.sleep(20e-6)
+            got.append(words[r])
+        return [((w >> 32) & 1, w & 0xFFFFFFFF) for w in got]
+
+
+def _boot_id() -> str:
+    """This machine's boot id (two hosts may share a name), where Linux gives one."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+#: the agreement channels made (kind -> channel), and how many
+_CHANNELS: dict[str, Any] = {}
+_MADE = [0]
+
+
+def _channel(inputs: Any) -> Any:
+    """The channel the ranks agree over (made at the first call: every rank makes it
+    then): shared memory where every rank shares a host, else a process group (NCCL on
+    the device of the call's first CUDA input, that rank's GPU, else the current one)."""
+    import torch.distributed as dist
+
+    want = "group" if disabled("shared_agreement") else "shared"
+    got = _CHANNELS.get(want)
+    if got is not None and got.size == dist.get_world_size():
+        return got
+    if want == "shared":
+        _MADE[0] += 1
+        got = _SharedChannel.make(_MADE[0])
+    if got is None:  # (also where the ranks could not share memory: the group's channel serves both)
+        got = _CHANNELS.get("group")
+        if got is None or got.size != dist.get_world_size():
+            device = next((x.device for x in inputs if isinstance(x, torch.Tensor) and x.is_cuda), None)
+            if device is None and torch.cuda.is_available():
+                device = torch.device("cuda", torch.cuda.current_device())
+            got = _CHANNELS["group"] = _GroupChannel(device)
+    _CHANNELS[want] = got
+    return got
 
 
 def _fingerprint(inputs: Any) -> int:
@@ -187,7 +307,7 @@ def agree(inputs: Any, failure: BaseException | None, defer: bool = False) -> No
         if failure is not None:
             raise failure
         return
-    channel = _Channel.get(inputs)
+    channel = _channel(inputs)
     channel.post(0 if failure is None else 1, _fingerprint(inputs))
     if defer and failure is None:
         defer_agreement(lambda: _check(channel.collect(), None))

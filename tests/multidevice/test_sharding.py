@@ -237,7 +237,44 @@ def test_the_host_program_prints_its_communications(comm, mesh, seed, monkeypatc
                      r"iS\d+\{i1\}\], op=sum\)\n  Wait Communication 0\n", text), text
 
 
-def test_every_rank_raises_when_one_rank_passes_a_bad_input(comm, mesh, seed):
+@pytest.fixture(params=["shared", "group"])
+def agreement(request, monkeypatch, comm):
+    """The channel the ranks agree over: shared memory (every rank on one host, as here)
+    or, under FUSER_DISABLE=shared_agreement, a process group (ranks on several hosts)."""
+    from fuser.host import sharded
+
+    if request.param == "group":
+        monkeypatch.setenv("FUSER_DISABLE", "shared_agreement")
+    yield request.param
+    want = {"shared": sharded._SharedChannel, "group": sharded._GroupChannel}[request.param]
+    assert isinstance(sharded._CHANNELS[request.param], want)
+
+
+def test_ranks_of_one_host_agree_through_shared_memory(comm, mesh, seed):
+    """Each rank posts a word per call and reads every rank's; the calls are numbered,
+    so a rank reading ahead of a slow one waits for that one's word of this call."""
+    import time
+
+    from fuser.host import sharded
+
+    with FusionDefinition() as fd:
+        x = sharded_input(fd, 2, mesh, 0)
+        fd.add_output(fd.ops.sum(x, [0]))
+    full = torch.randn(2 * comm.size(), 3, device=comm.device)
+    for k in range(4):
+        if comm.rank() == 1 and k == 2:
+            time.sleep(0.2)  # rank 0 reaches the agreement first and must wait for this call's word
+        (out,) = fd.execute([block(full, 0, comm)])
+        assert_close(out, full.sum(0))
+    channel = sharded._CHANNELS["shared"]
+    assert isinstance(channel, sharded._SharedChannel)
+    n = channel.calls
+    words = [channel.words[(n & 1) * comm.size() + r] for r in range(comm.size())]
+    assert [w >> 33 for w in words] == [n] * comm.size()
+    assert len({w & 0xFFFFFFFF for w in words}) == 1  # the same inputs' fingerprint on every rank
+
+
+def test_every_rank_raises_when_one_rank_passes_a_bad_input(comm, mesh, seed, agreement):
     with FusionDefinition() as fd:
         x = sharded_input(fd, 2, mesh, 0)
         fd.add_output(fd.ops.sum(x, [0]))
@@ -250,7 +287,7 @@ def test_every_rank_raises_when_one_rank_passes_a_bad_input(comm, mesh, seed):
             fd.execute([bad])
 
 
-def test_a_bad_input_after_cached_calls_stops_every_rank_and_the_next_call_runs(comm, mesh, seed):
+def test_a_bad_input_after_cached_calls_stops_every_rank_and_the_next_call_runs(comm, mesh, seed, agreement):
     """Steady state (every rank runs a cached program, so the agreement is checked where
     the call first communicates): rank 1's bad input still stops every rank before any
     collective, and the next good call runs on every rank."""
@@ -270,7 +307,7 @@ def test_a_bad_input_after_cached_calls_stops_every_rank_and_the_next_call_runs(
     assert_close(s, good.sum(0) * comm.size())
 
 
-def test_a_call_that_fails_before_its_agreement_is_checked_leaves_the_ranks_in_step(comm, mesh, seed):
+def test_a_call_that_fails_before_its_agreement_is_checked_leaves_the_ranks_in_step(comm, mesh, seed, agreement):
     """Rank 1's blocks differ from rank 0's (each valid locally), and rank 0 fails in its
     local work before its first communication, so its agreement is left unchecked: the
     next call collects it without raising it again, and every rank's later calls pair up
@@ -297,7 +334,7 @@ def test_a_call_that_fails_before_its_agreement_is_checked_leaves_the_ranks_in_s
         assert_close(s, good.sum(0) * comm.size())
 
 
-def test_ranks_whose_blocks_differ_in_shape_all_raise(comm, mesh, seed):
+def test_ranks_whose_blocks_differ_in_shape_all_raise(comm, mesh, seed, agreement):
     with FusionDefinition() as fd:
         x = sharded_input(fd, 2, mesh, 0)
         fd.add_output(fd.ops.sum(x, [0]))
