@@ -249,7 +249,8 @@ def _boot_id() -> str:
         return ""
 
 
-#: the agreement channels made (kind -> channel), and how many
+#: the agreement channels made for the current job (kind -> channel; "world": its default
+#: group), and how many this process made
 _CHANNELS: dict[str, Any] = {}
 _MADE = [0]
 
@@ -261,15 +262,19 @@ def _channel(inputs: Any) -> Any:
     import torch.distributed as dist
 
     want = "group" if disabled("shared_agreement") else "shared"
+    world = dist.distributed_c10d._get_default_group()
+    if _CHANNELS.get("world") is not world:  # a new job (destroyed and started again): new channels
+        _CHANNELS.clear()
+        _CHANNELS["world"] = world
     got = _CHANNELS.get(want)
-    if got is not None and got.size == dist.get_world_size():
+    if got is not None:
         return got
     if want == "shared":
         _MADE[0] += 1
         got = _SharedChannel.make(_MADE[0])
     if got is None:  # (also where the ranks could not share memory: the group's channel serves both)
         got = _CHANNELS.get("group")
-        if got is None or got.size != dist.get_world_size():
+        if got is None:
             device = next((x.device for x in inputs if isinstance(x, torch.Tensor) and x.is_cuda), None)
             if device is None and torch.cuda.is_available():
                 device = torch.device("cuda", torch.cuda.current_device())
