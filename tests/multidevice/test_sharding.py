@@ -30,6 +30,20 @@ def sharded_input(fd, ndim, mesh, axis, dtype=F32, split=True):
     return t
 
 
+def row_parallel_scattered(mesh, ndim: int, out_axis: int) -> FusionDefinition:
+    """x [..., K] x w [N, K]^T with K sharded on both, into an output sharded on
+    `out_axis`: a local linear and a reduce-scatter."""
+    with FusionDefinition() as fd:
+        xt = sharded_input(fd, ndim, mesh, ndim - 1)
+        wt = sharded_input(fd, 2, mesh, 1)
+        y = fd.ops.linear(xt, wt)
+        fd.add_output(y)
+        y.set_device_mesh(mesh)
+        y.outer_split(out_axis, mesh.size)
+        y.axis(out_axis).parallelize(ParallelType.mesh_x)
+    return fd
+
+
 def program(fd) -> str:
     return str(fd._entry.last_runner.program)
 
@@ -131,14 +145,7 @@ def test_row_parallel_linear_with_bias_adds_the_bias_once(comm, mesh, seed):
 def test_row_parallel_linear_into_a_sharded_output_is_a_reduce_scatter(comm, mesh, seed):
     d = comm.size()
     x, w = torch.randn(2 * d, 4 * d, device=comm.device), torch.randn(6, 4 * d, device=comm.device)
-    with FusionDefinition() as fd:
-        xt = sharded_input(fd, 2, mesh, 1)
-        wt = sharded_input(fd, 2, mesh, 1)
-        y = fd.ops.linear(xt, wt)
-        fd.add_output(y)
-        y.set_device_mesh(mesh)
-        y.outer_split(0, d)
-        y.axis(0).parallelize(ParallelType.mesh_x)
+    fd = row_parallel_scattered(mesh, 2, 0)
     (out,) = fd.execute([block(x, 1, comm), block(w, 1, comm)])
     assert_close(out, block(torch.nn.functional.linear(x, w), 0, comm))
     assert comms(fd) == ["ReduceScatter"]
@@ -153,14 +160,7 @@ def test_collectives_on_an_inner_axis(comm, mesh, seed, lead):
 
     d = comm.size()
     x, w = torch.randn(lead, 2 * d, 4 * d, device=comm.device), torch.randn(6, 4 * d, device=comm.device)
-    with FusionDefinition() as fd:  # row-parallel linear into an output sharded on its token axis
-        xt = sharded_input(fd, 3, mesh, 2)
-        wt = sharded_input(fd, 2, mesh, 1)
-        y = fd.ops.linear(xt, wt)
-        fd.add_output(y)
-        y.set_device_mesh(mesh)
-        y.outer_split(1, d)
-        y.axis(1).parallelize(ParallelType.mesh_x)
+    fd = row_parallel_scattered(mesh, 3, 1)  # into an output sharded on its token axis
     (out,) = fd.execute([block(x, 2, comm), block(w, 1, comm)])
     assert comms(fd) == ["ReduceScatter"]
     assert_close(out, block(torch.nn.functional.linear(x, w), 1, comm))
