@@ -20,7 +20,8 @@ from fuser.runtime.info import runtime_info
 from .evaluator import HostIrEvaluator
 from .lower import insert_deallocations, lower_communications, lower_segmented
 from .communication import ensure_groups, settle
-from .sharded import agree, sharded_fusion, sharded_should_merge
+from .agreement import agree
+from .sharded import sharded_fusion, sharded_should_merge
 from .streams import has_stream_axes, lower_streams, should_merge
 
 #: input signatures remembered per fusion before the oldest is forgotten

@@ -241,13 +241,13 @@ def test_the_host_program_prints_its_communications(comm, mesh, seed, monkeypatc
 def agreement(request, monkeypatch, comm):
     """The channel the ranks agree over: shared memory (every rank on one host, as here)
     or, under FUSER_DISABLE=shared_agreement, a process group (ranks on several hosts)."""
-    from fuser.host import sharded
+    from fuser.host import agreement as channels
 
     if request.param == "group":
         monkeypatch.setenv("FUSER_DISABLE", "shared_agreement")
     yield request.param
-    want = {"shared": sharded._SharedChannel, "group": sharded._GroupChannel}[request.param]
-    assert isinstance(sharded._CHANNELS[request.param], want)
+    want = {"shared": channels._SharedChannel, "group": channels._GroupChannel}[request.param]
+    assert isinstance(channels._CHANNELS[request.param], want)
 
 
 def test_ranks_of_one_host_agree_through_shared_memory(comm, mesh, seed):
@@ -255,7 +255,7 @@ def test_ranks_of_one_host_agree_through_shared_memory(comm, mesh, seed):
     so a rank reading ahead of a slow one waits for that one's word of this call."""
     import time
 
-    from fuser.host import sharded
+    from fuser.host import agreement as channels
 
     with FusionDefinition() as fd:
         x = sharded_input(fd, 2, mesh, 0)
@@ -266,8 +266,8 @@ def test_ranks_of_one_host_agree_through_shared_memory(comm, mesh, seed):
             time.sleep(0.2)  # rank 0 reaches the agreement first and must wait for this call's word
         (out,) = fd.execute([block(full, 0, comm)])
         assert_close(out, full.sum(0))
-    channel = sharded._CHANNELS["shared"]
-    assert isinstance(channel, sharded._SharedChannel)
+    channel = channels._CHANNELS["shared"]
+    assert isinstance(channel, channels._SharedChannel)
     n = channel.calls
     words = [channel.words[(n & 1) * comm.size() + r] for r in range(comm.size())]
     assert [w >> 33 for w in words] == [n] * comm.size()
