@@ -180,6 +180,54 @@ def test_collectives_on_an_inner_axis(comm, mesh, seed, lead):
         assert out.is_contiguous()
 
 
+def test_coalesced_slices_write_every_block_in_place(comm, mesh, seed, monkeypatch):
+    """The coalesced path's slicing on CPU (CI): one collective per leading slice, reading the
+    input in place and writing a dense output. A shim gives gloo the two coalesced calls
+    NCCL has, made of gloo's own collectives (NCCL runs them in test_collectives_on_an_inner_axis)."""
+    if comm.backend != "gloo":
+        pytest.skip("NCCL runs the coalesced path itself")
+    import torch.distributed as dist
+
+    from fuser.host import communication
+
+    d, k = comm.size(), comm.rank()
+    calls = []
+
+    class Shim:  # the process group's coalesced calls, one gloo collective per slice
+        def reduce_scatter_tensor_coalesced(self, outs, ins, opts):
+            calls.append(("reduce_scatter", len(outs)))
+            for o, i in zip(outs, ins):
+                whole = i.clone()
+                dist.all_reduce(whole)
+                o.copy_(whole.view(d, -1)[k])
+            return None
+
+        def allgather_into_tensor_coalesced(self, outs, ins, opts):
+            calls.append(("allgather", len(outs)))
+            for o, i in zip(outs, ins):
+                dist.all_gather(list(o.view(d, -1).unbind(0)), i)
+            return None
+
+    slices = communication._slices
+    monkeypatch.setattr(communication, "_slices", lambda x, axis, gloo: slices(x, axis, False))
+    monkeypatch.setattr(communication, "_pg", lambda group: Shim())
+    lead = 3
+    x, w = torch.randn(lead, 2 * d, 4 * d), torch.randn(6, 4 * d)
+    fd = row_parallel_scattered(mesh, 3, 1)
+    (out,) = fd.execute([block(x, 2, comm), block(w, 1, comm)])
+    assert_close(out, block(torch.nn.functional.linear(x, w), 1, comm))
+    assert out.is_contiguous()
+    with FusionDefinition() as fd:
+        xt = sharded_input(fd, 3, mesh, 1)
+        y = fd.ops.exp(xt)
+        fd.add_output(y)
+        y.set_device_mesh(mesh)
+    (out,) = fd.execute([block(x, 1, comm)])
+    assert_close(out, x.exp())
+    assert out.is_contiguous()
+    assert calls == [("reduce_scatter", lead), ("allgather", lead)]
+
+
 def test_column_parallel_linear_slices_the_bias_and_keeps_the_output_sharded(comm, mesh, seed):
     d = comm.size()
     x, w, b = (torch.randn(5, 6, device=comm.device), torch.randn(4 * d, 6, device=comm.device),
