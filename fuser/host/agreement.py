@@ -115,29 +115,12 @@ class _SharedChannel:
         self.calls = 0
 
     @classmethod
-    def make(cls, k: int) -> "_SharedChannel | None":
-        """Every rank's channel (a collective over the default store: every rank calls
-        this at the same call), or None on every rank when they do not all share a host,
-        or the file cannot be made or opened on one of them. `k` numbers the channels
-        this process made (the same on every rank), naming this one's keys."""
-        import socket
+    def make(cls, store: Any, key: str, size: int, rank: int, timeout_s: float) -> "_SharedChannel | None":
+        """Every rank's channel, or None on every rank when the file cannot be made or
+        opened on one of them (a collective over `store`, under `key`: every rank of one
+        host calls this at the same call)."""
         import tempfile
 
-        import torch.distributed as dist
-
-        from fuser.multidevice.communicator import TIMEOUT_S
-
-        store = dist.distributed_c10d._get_default_store()
-        size, rank = dist.get_world_size(), dist.get_rank()
-        key = f"fuser/agreement/{k}/"
-
-        def every(what: str, mine: str) -> list[str]:
-            store.set(f"{key}{what}/{rank}", mine)
-            return [store.get(f"{key}{what}/{r}").decode() for r in range(size)]
-
-        here = socket.gethostname() + ":" + _boot_id()
-        if len(set(every("host", here))) > 1:
-            return None
         path = ""
         if rank == 0:
             try:
@@ -146,16 +129,18 @@ class _SharedChannel:
                 os.close(fd)
             except OSError:
                 path = ""
-        path = every("path", path)[0]
-        got: _SharedChannel | None = None
-        if path:
-            try:
-                got = cls(path, size, rank, TIMEOUT_S)
-            except OSError:
-                got = None
-        opened = every("opened", "1" if got is not None else "0")
-        if rank == 0 and path:
-            os.unlink(path)  # (every rank has it mapped, or gave up on it)
+        try:
+            path = _every(store, key + "path", path, size, rank, timeout_s)[0]
+            got: _SharedChannel | None = None
+            if path:
+                try:
+                    got = cls(path, size, rank, timeout_s)
+                except Exception:  # (every rank must still say whether it opened it)
+                    got = None
+            opened = _every(store, key + "opened", "1" if got is not None else "0", size, rank, timeout_s)
+        finally:
+            if rank == 0 and path:
+                os.unlink(path)  # (every rank has it mapped, or gave up on it)
         return got if all(o == "1" for o in opened) else None
 
     def post(self, flag: int, fingerprint: int) -> None:
@@ -167,20 +152,25 @@ class _SharedChannel:
 
     def collect(self) -> list[tuple[int, int]]:
         """Every rank's (flag, fingerprint) for this call, once every rank has written it;
-        raises when one has not within the communication timeout."""
+        raises when one has not within the communication timeout, or has written a later
+        call's (the ranks fell out of step after an earlier timeout)."""
         n = self.calls & self._CALL
         base = (n & 1) * self.size
         words = self.words
         got = []
         for r in range(base, base + self.size):
-            spins = 0
-            while words[r] >> 33 != n:
+            spins, nap = 0, 20e-6
+            while (w := words[r]) >> 33 != n:
+                if 0 < ((w >> 33) - n) & self._CALL < 1 << 30:
+                    raise RuntimeError(f"rank {r - base} is at a later call of a sharded fusion than rank "
+                                       f"{self.rank}: the ranks fell out of step (after an earlier timeout)")
                 spins += 1
-                if spins > 200:  # microseconds when the ranks are in step: spin, then doze
+                if spins > 200:  # microseconds when the ranks are in step: spin, then doze longer
                     if time.monotonic() > self.posted + self.timeout_s:
                         raise _late(self.timeout_s)
-                    time.sleep(20e-6)
-            got.append(words[r])
+                    time.sleep(nap)
+                    nap = min(2 * nap, 1e-3)
+            got.append(w)
         return [((w >> 32) & 1, w & 0xFFFFFFFF) for w in got]
 
 
@@ -193,29 +183,62 @@ def _boot_id() -> str:
         return ""
 
 
+def _every(store: Any, key: str, mine: str, size: int, rank: int, timeout_s: float) -> list[str]:
+    """Every rank's `mine`, in rank order, through the default store (waiting at most
+    `timeout_s` for the others)."""
+    store.set(f"{key}/{rank}", mine)
+    keys = [f"{key}/{r}" for r in range(size)]
+    store.wait(keys, datetime.timedelta(seconds=timeout_s))
+    return [store.get(k).decode() for k in keys]
+
+
 #: the agreement channels made for the current job (kind -> channel; "world": its default
-#: group), and how many this process made
+#: group), how many handshakes this process made, and a failed handshake's error
 _CHANNELS: dict[str, Any] = {}
 _MADE = [0]
 
 
 def _channel(inputs: Any) -> Any:
-    """The channel the ranks agree over (made at the first call: every rank makes it
-    then): shared memory where every rank shares a host, else a process group (NCCL on
-    the device of the call's first CUDA input, that rank's GPU, else the current one)."""
+    """The channel the ranks agree over, made at the first call (every rank makes it then):
+    shared memory where every rank shares a host, else a process group (NCCL on the device
+    of the call's first CUDA input, that rank's GPU, else the current one). The ranks
+    first exchange their host and the channel they want over the default store; ranks
+    that want different channels (FUSER_DISABLE=shared_agreement on some) all raise. A
+    handshake that fails leaves the job without a channel: every later sharded call
+    raises its error at once (the ranks' handshakes would no longer pair up)."""
+    import socket
+
     import torch.distributed as dist
+
+    from fuser.multidevice.communicator import TIMEOUT_S
 
     want = "group" if disabled("shared_agreement") else "shared"
     world = dist.distributed_c10d._get_default_group()
     if _CHANNELS.get("world") is not world:  # a new job (destroyed and started again): new channels
         _CHANNELS.clear()
         _CHANNELS["world"] = world
+    if "failed" in _CHANNELS:
+        raise _CHANNELS["failed"]
     got = _CHANNELS.get(want)
     if got is not None:
         return got
-    if want == "shared":
-        _MADE[0] += 1
-        got = _SharedChannel.make(_MADE[0])
+    _MADE[0] += 1
+    key = f"fuser/agreement/{_MADE[0]}/"
+    size, rank = dist.get_world_size(), dist.get_rank()
+    try:
+        store = dist.distributed_c10d._get_default_store()
+        every = _every(store, key + "want", f"{want} {socket.gethostname()}:{_boot_id()}", size, rank, TIMEOUT_S)
+        kinds, hosts = {e.split(" ", 1)[0] for e in every}, {e.split(" ", 1)[1] for e in every}
+        if len(kinds) > 1:
+            raise RuntimeError("the ranks want different agreement channels: FUSER_DISABLE=shared_agreement must be "
+                               "set on every rank or on none")
+        if want == "shared" and len(hosts) == 1:
+            got = _SharedChannel.make(store, key, size, rank, TIMEOUT_S)
+    except Exception as err:
+        failed = RuntimeError(f"the ranks could not set up their agreement at their first sharded call within "
+                              f"{TIMEOUT_S:.0f} s (FUSER_COMM_TIMEOUT): {err}")
+        _CHANNELS["failed"] = failed
+        raise failed from err
     if got is None:  # (also where the ranks could not share memory: the group's channel serves both)
         got = _CHANNELS.get("group")
         if got is None:

@@ -289,13 +289,15 @@ MAX_COALESCED_SLICES = 16
 
 def _slices(x: torch.Tensor, axis: int, gloo: bool) -> int:
     """How many dense [axis, ...] slices a collective on `axis` of `x` runs as, coalesced:
-    0 where it runs on the axis moved to the front instead."""
-    if gloo or axis == 0 or not x.is_contiguous() or x.numel() == 0:
+    0 where it runs on the axis moved to the front instead. Decided from what every rank
+    of the team shares (shape, axis, backend), never from this rank's layout: each rank
+    must issue the same collectives, of the same sizes, in the same order."""
+    if gloo or axis == 0 or x.numel() == 0:
         return 0
     p = 1
     for n in x.shape[:axis]:
         p *= n
-    return p if 1 < p <= MAX_COALESCED_SLICES else 0
+    return p if p <= MAX_COALESCED_SLICES else 0
 
 
 def _front(x: torch.Tensor, axis: int) -> torch.Tensor:
@@ -363,6 +365,7 @@ def start(c: Communication, x: torch.Tensor | None, dest: Any = None) -> Pending
     if c.kind == "allgather":
         p = _slices(x, c.axis, gloo)
         if p:  # [*lead, b, *rest] -> [*lead, b * d, *rest], one allgather per leading slice
+            x = x.contiguous()  # (a copy only where this rank's block is laid out otherwise)
             shape = (*x.shape[:c.axis], x.shape[c.axis] * d, *x.shape[c.axis + 1:])
             out = _into(dest, shape, x)
             opts = _c10d().AllgatherOptions()
@@ -381,7 +384,7 @@ def start(c: Communication, x: torch.Tensor | None, dest: Any = None) -> Pending
     if c.kind == "reduce_scatter":
         p = _slices(x, c.out_axis, gloo)
         if p:  # [*lead, n, *rest] -> [*lead, n / d, *rest], one reduce-scatter per leading slice
-            a = c.out_axis
+            x, a = x.contiguous(), c.out_axis
             out = _into(dest, (*x.shape[:a], _block(x.shape[a], d, what), *x.shape[a + 1:]), x)
             opts = _c10d().ReduceScatterOptions()
             opts.reduceOp = getattr(dist.ReduceOp, _REDUCE[c.op])

@@ -226,6 +226,22 @@ def test_coalesced_slices_write_every_block_in_place(comm, mesh, seed, monkeypat
     assert_close(out, x.exp())
     assert out.is_contiguous()
     assert calls == [("reduce_scatter", lead), ("allgather", lead)]
+    # a block laid out otherwise on one rank (a definition that allows any layout): every
+    # rank still runs the same per-slice collectives (the choice is never a rank's layout)
+    with FusionDefinition() as fd:
+        xt = fd.define_tensor(shape=[-1] * 3, contiguity=[False] * 3, dtype=F32)
+        xt.set_device_mesh(mesh)
+        xt.outer_split(1, d)
+        xt.axis(1).parallelize(ParallelType.mesh_x)
+        y = fd.ops.exp(xt)
+        fd.add_output(y)
+        y.set_device_mesh(mesh)
+    mine = block(x, 1, comm)
+    if k == 1:
+        mine = mine.transpose(0, 2).contiguous().transpose(0, 2)
+    (out,) = fd.execute([mine])
+    assert_close(out, x.exp())
+    assert calls[2:] == [("allgather", lead)]
 
 
 def test_column_parallel_linear_slices_the_bias_and_keeps_the_output_sharded(comm, mesh, seed):
@@ -320,6 +336,56 @@ def test_ranks_of_one_host_agree_through_shared_memory(comm, mesh, seed):
     words = [channel.words[(n & 1) * comm.size() + r] for r in range(comm.size())]
     assert [w >> 33 for w in words] == [n] * comm.size()
     assert len({w & 0xFFFFFFFF for w in words}) == 1  # the same inputs' fingerprint on every rank
+
+
+def test_a_shared_channel_gives_each_call_its_own_words(comm, mesh, seed):
+    """A channel of its own (its own file): a rank that reads before a slow rank posts
+    waits for this call's word, never taking the word two calls before in the same row;
+    a rank that finds a later call's word says the ranks fell out of step."""
+    import time
+
+    import torch.distributed as dist
+
+    from fuser.host import agreement as channels
+
+    if not isinstance(channels._channel([]), channels._SharedChannel):  # (made here when no call made it yet)
+        pytest.skip("the ranks do not share a host")
+    d, k = comm.size(), comm.rank()
+    store = dist.distributed_c10d._get_default_store()
+    ch = channels._SharedChannel.make(store, f"fuser/test/{seed}/", d, k, 20.0)  # (the seed: one key on every rank)
+    assert ch is not None
+    for call in range(1, 6):
+        if k == 1 and call == 3:
+            time.sleep(0.2)  # rank 0 reads first: its row holds call 1's words, which it must not take
+        ch.post(call % 2, 1000 + call)
+        assert ch.collect() == [(call % 2, 1000 + call)] * d
+    dist.barrier()
+    if k == 1:
+        ch.post(0, 6)
+        ch.post(0, 7)  # call 7 lands in call 5's row
+    dist.barrier()
+    if k == 0:  # still collecting call 5 (as a rank whose earlier collect timed out would be)
+        with pytest.raises(RuntimeError, match="fell out of step"):
+            ch.collect()
+    dist.barrier()
+
+
+def test_ranks_that_want_different_agreement_channels_all_raise(comm, mesh, seed, monkeypatch):
+    """FUSER_DISABLE=shared_agreement on one rank only: every rank raises at the first call
+    instead of waiting, and later calls raise at once (a fresh job's channels)."""
+    from fuser.host import agreement as channels
+
+    monkeypatch.setattr(channels, "_CHANNELS", {})
+    if comm.rank() == 1:
+        monkeypatch.setenv("FUSER_DISABLE", "shared_agreement")
+    with FusionDefinition() as fd:
+        x = sharded_input(fd, 2, mesh, 0)
+        fd.add_output(fd.ops.sum(x, [0]))
+    good = torch.randn(2, 3, device=comm.device)
+    with pytest.raises(RuntimeError, match="want different agreement channels"):
+        fd.execute([good])
+    with pytest.raises(RuntimeError, match="could not set up their agreement"):
+        fd.execute([good])
 
 
 def test_every_rank_raises_when_one_rank_passes_a_bad_input(comm, mesh, seed, agreement):
