@@ -216,3 +216,50 @@ def test_pipelined_calls_replay_one_cuda_graph_with_their_collectives(comm, mesh
     assert (g.captures, g.replays) == (0, calls - 1), (g.captures, g.replays, g.off)
     call()  # seen again: captured and replayed
     assert (g.captures, g.replays) == (1, calls), (g.captures, g.replays, g.off)
+
+
+@pytest.mark.parametrize("kind", ["reduce_scatter", "allgather"])
+def test_pipelined_collectives_on_an_inner_axis_replay_from_a_graph(comm, mesh, seed, kind, fixed_addresses):
+    """[C, B, T, K] chunks whose collective is on an inner axis (T, or the gathered rows):
+    per chunk, NCCL runs it as one coalesced collective per leading slice, writing the loop's
+    output chunk in place; from the second call at the same addresses the loop replays
+    from a CUDA graph. Each call gives the unsharded result's block."""
+    from fuser.host import communication
+    from fuser.host.graphs import LoopGraphs, loop_regions
+
+    d = comm.size()
+    C, B, T, K, N = 3, 3, 2 * d, 4 * d, 4 * d
+    with FusionDefinition() as fd:
+        xt = fd.define_tensor(shape=[-1] * 4, contiguity=[True] * 4, dtype=DataType.Float)
+        wt = fd.define_tensor(shape=[-1, -1], contiguity=[True] * 2, dtype=DataType.Float)
+        if kind == "reduce_scatter":  # row-parallel: K sharded, the output sharded on T
+            _shard(xt, mesh, 3)
+            _shard(wt, mesh, 1)
+            y = fd.ops.linear(xt, wt)
+            _shard(y, mesh, 2)
+        else:  # column-parallel: the rows T gathered, the output sharded on N
+            _shard(xt, mesh, 2)
+            xt.axis(0).parallelize(ParallelType.stream)
+            _shard(wt, mesh, 0)
+            y = fd.ops.linear(xt, wt)
+            _shard(y, mesh, 3)
+        y.axis(0).parallelize(ParallelType.stream)
+        fd.add_output(y)
+    x_axis, w_axis, out_axis = (3, 1, 2) if kind == "reduce_scatter" else (2, 0, 3)
+    xs = torch.empty_like(block(torch.empty(C, B, T, K, device=comm.device), x_axis, comm))
+    ws = torch.empty_like(block(torch.empty(N, K, device=comm.device), w_axis, comm))
+    calls = 5
+    for _ in range(calls):
+        x, w = torch.randn(C, B, T, K, device=comm.device), torch.randn(N, K, device=comm.device)
+        xs.copy_(block(x, x_axis, comm))
+        ws.copy_(block(w, w_axis, comm))
+        (out,) = fd.execute([xs, ws])
+        assert_close(out, block(torch.nn.functional.linear(x, w), out_axis, comm))
+        out.fill_(float("nan"))  # the next call must write every element again
+    exprs = fd._entry.last_runner.program.exprs
+    ((k, j),) = loop_regions(exprs).items()  # one stage loop, its collective the graph's
+    assert [c.kind for c in LoopGraphs(exprs[k:j + 1]).communications] == [kind]
+    if comm.backend == "nccl":
+        assert communication._slices(torch.empty(B, T, N), 1, False) == B  # (a chunk's collective is coalesced)
+        (g,) = _graphs(fd)
+        assert (g.captures, g.replays) == (1, calls - 1), (g.captures, g.replays, g.off)
