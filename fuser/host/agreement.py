@@ -113,6 +113,7 @@ class _SharedChannel:
         self.words = (ctypes.c_uint64 * (2 * size)).from_buffer(self.map)
         self.size, self.rank, self.timeout_s = size, rank, timeout_s
         self.calls = 0
+        self.posted = 0.0  # (when this rank posted its last word: a collect's deadline runs from it)
 
     @classmethod
     def make(cls, store: Any, key: str, size: int, rank: int, timeout_s: float) -> "_SharedChannel | None":
@@ -193,7 +194,8 @@ def _every(store: Any, key: str, mine: str, size: int, rank: int, timeout_s: flo
 
 
 #: the agreement channels made for the current job (kind -> channel; "world": its default
-#: group), how many handshakes this process made, and a failed handshake's error
+#: group; "failed": the error of a handshake that failed), and how many handshakes this
+#: process made (the same on every rank: it names a handshake's keys)
 _CHANNELS: dict[str, Any] = {}
 _MADE = [0]
 
