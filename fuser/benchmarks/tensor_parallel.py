@@ -13,8 +13,10 @@ medians of rounds."""
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
-from typing import Callable
+from typing import Any, Callable
+from unittest import mock
 
 import torch
 import torch.distributed as dist
@@ -174,22 +176,10 @@ def overlap(comm: Communicator, T: int, K: int, N: int, chunks: int, iters: int,
     return med
 
 
-class _graphs_off:
+def _graphs_off() -> Any:
     """FUSER_DISABLE=stream_graphs while inside (read at each call)."""
-
-    def __enter__(self) -> None:
-        import os
-
-        self.was = os.environ.get("FUSER_DISABLE")
-        os.environ["FUSER_DISABLE"] = ",".join(filter(None, (self.was, "stream_graphs")))
-
-    def __exit__(self, *exc: object) -> None:
-        import os
-
-        if self.was is None:
-            del os.environ["FUSER_DISABLE"]
-        else:
-            os.environ["FUSER_DISABLE"] = self.was
+    was = os.environ.get("FUSER_DISABLE")
+    return mock.patch.dict(os.environ, {"FUSER_DISABLE": ",".join(filter(None, (was, "stream_graphs")))})
 
 
 def _trace(fn: Callable[[], object], what: str, show: bool) -> None:

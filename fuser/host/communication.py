@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import math
 import os
 import sys
 import threading
@@ -294,10 +295,15 @@ def _slices(x: torch.Tensor, axis: int, gloo: bool) -> int:
     must issue the same collectives, of the same sizes, in the same order."""
     if gloo or axis == 0 or x.numel() == 0:
         return 0
-    p = 1
-    for n in x.shape[:axis]:
-        p *= n
+    p = math.prod(x.shape[:axis])
     return p if p <= MAX_COALESCED_SLICES else 0
+
+
+def _per_slice(coalesced: Callable, out: torch.Tensor, x: torch.Tensor, p: int, opts: Any) -> Any:
+    """One collective per leading slice of `x` into the same slice of `out` (both dense),
+    issued as one coalesced launch (`coalesced`: the process group's *_coalesced call)."""
+    opts.asyncOp = True
+    return coalesced(list(out.view(p, -1).unbind(0)), list(x.view(p, -1).unbind(0)), opts)
 
 
 def _front(x: torch.Tensor, axis: int) -> torch.Tensor:
@@ -368,10 +374,7 @@ def start(c: Communication, x: torch.Tensor | None, dest: Any = None) -> Pending
             x = x.contiguous()  # (a copy only where this rank's block is laid out otherwise)
             shape = (*x.shape[:c.axis], x.shape[c.axis] * d, *x.shape[c.axis + 1:])
             out = _into(dest, shape, x)
-            opts = _c10d().AllgatherOptions()
-            opts.asyncOp = True
-            work = _pg(group).allgather_into_tensor_coalesced(
-                list(out.view(p, -1).unbind(0)), list(x.view(p, -1).unbind(0)), opts)
+            work = _per_slice(_pg(group).allgather_into_tensor_coalesced, out, x, p, _c10d().AllgatherOptions())
             return Pending(work, lambda: out, what, (x, out))
         src = _front(x, c.axis)
         out = _into(dest if c.axis == 0 else None, (src.shape[0] * d, *src.shape[1:]), src)
@@ -388,9 +391,7 @@ def start(c: Communication, x: torch.Tensor | None, dest: Any = None) -> Pending
             out = _into(dest, (*x.shape[:a], _block(x.shape[a], d, what), *x.shape[a + 1:]), x)
             opts = _c10d().ReduceScatterOptions()
             opts.reduceOp = getattr(dist.ReduceOp, _REDUCE[c.op])
-            opts.asyncOp = True
-            work = _pg(group).reduce_scatter_tensor_coalesced(
-                list(out.view(p, -1).unbind(0)), list(x.view(p, -1).unbind(0)), opts)
+            work = _per_slice(_pg(group).reduce_scatter_tensor_coalesced, out, x, p, opts)
             return Pending(work, lambda: out, what, (x, out))
         src = _front(x, c.out_axis)
         b = _block(src.shape[0], d, what)
