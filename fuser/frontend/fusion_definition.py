@@ -987,12 +987,14 @@ def _to_ref(v: Any) -> Any:
     return v
 
 
-#: nvFuser's NVFUSER_ENABLE option names: accepted; fuser's runtime has no switches for them
+#: nvFuser's NVFUSER_ENABLE option names (accepted; fuser's runtime has no switches for them),
+#: and fuser's own FUSER_ENABLE ones
 KNOWN_ENABLE_OPTIONS = frozenset({
     "complex", "conv_decomposition", "fast_math", "fuse_matmul", "fuse_multiple_matmuls", "graph_op_fusion",
     "greedy_scheduler", "host_ir_lowering", "id_model", "id_model_extra_validation", "io_to_lower_precision",
     "kernel_db", "kernel_debug", "kernel_lineinfo", "kernel_profile", "linear_decomposition", "memory_promotion",
     "reuse_zeroed_memory", "static_fusion_count", "wait_debugger", "warn_register_spill", "ws_normalization",
+    "copy_engine",
 })
 #: nvFuser's NVFUSER_DISABLE option names, and fuser's own FUSER_DISABLE ones
 KNOWN_DISABLE_OPTIONS = frozenset({
@@ -1000,6 +1002,7 @@ KNOWN_DISABLE_OPTIONS = frozenset({
     "id_model", "index_hoist", "kernel_reuse", "magic_zero", "matmul_expr_eval", "nvtx", "parallel_compile",
     "parallel_serde", "predicate_elimination", "python_inline_definitions", "resize_scheduler", "var_name_remapping",
     "welford_vectorization", "remat", "forwarding", "kernel_cache", "fold_input_broadcasts",
+    "tanh_to_sigmoid", "stream_graphs", "rank_agreement", "shared_agreement",
 })
 
 

@@ -13,7 +13,7 @@ from typing import Callable
 from fuser.ir import Fusion, Val
 from fuser.options import disabled
 
-from . import input_broadcast
+from . import input_broadcast, tanh_sigmoid
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,7 @@ class Pass:
 #: in the order they run
 PASSES: tuple[Pass, ...] = (
     Pass(input_broadcast.NAME, input_broadcast.applies, input_broadcast.fold_input_broadcasts),
+    Pass(tanh_sigmoid.NAME, tanh_sigmoid.applies, tanh_sigmoid.tanh_to_sigmoid),
 )
 
 
