@@ -176,10 +176,8 @@ def heuristics(sub: SubFusion, vectorizable: list[TensorView], inner_extent: int
         while width > 1 and inner_extent % width:
             width //= 2
     sms = info.device_limits.sm_count
-    # Measured on an H100 (GELU, casts, where, bias add at 134M elements): one vector per
-    # thread beats unrolling 2-8 vectors (1-4% slower each step), and 512 threads per block
-    # edge out 128 once there are several waves of blocks; small tensors keep 128 threads
-    # so that more SMs get a block.
+    # 512 threads per block edge out 128 once there are several waves of blocks (an H100);
+    # small tensors keep 128 threads so that more SMs get a block.
     threads = BIG_BLOCK if total // width >= sms * BIG_BLOCK * 4 else THREADS
     # 2D only pays where 1D would index broadcast inputs element by element with a modulo:
     # with vectors the modulo is once per vector, and 1D measured faster on an H100
@@ -194,7 +192,21 @@ def heuristics(sub: SubFusion, vectorizable: list[TensorView], inner_extent: int
         # a row too short for a block of threads, or more rows than the y grid holds: 1D
         if inner < width * threads // 2 or total // max(inner, 1) > MAX_GRID_Y:
             bp = 0
-    return PointwiseParams(width, 1, threads, info.index_type, bp)
+    return PointwiseParams(width, unroll(sub, vectorizable, total, width, threads) if not bp else 1, threads,
+                           info.index_type, bp)
+
+
+def unroll(sub: SubFusion, vectorizable: list[TensorView], total: int, width: int, threads: int) -> int:
+    """Vectors per thread: 2 where the segment's arithmetic takes most of the issue slots
+    the device's memory speed leaves per element (issue.py), and the grid still has
+    several waves of blocks; else 1 (an H100 ran simple ops 1-4% slower per step above 1)."""
+    from .issue import UNROLL_ABOVE, issue_share
+
+    limits = sub.a.info.device_limits
+    if total // max(width * threads * 2, 1) < 4 * limits.sm_count:
+        return 1
+    moved = sum(tv.dtype.itemsize for tv in (vectorizable or sub.inputs + sub.outputs))
+    return 2 if issue_share(sub.exprs, moved, limits) > UNROLL_ABOVE else 1
 
 
 def schedule(fusion: Fusion, ref: TensorView, params: PointwiseParams, sub: SubFusion | None = None) -> None:

@@ -33,6 +33,15 @@ class DeviceLimits:
     name: str = "H100"
     #: compute capability (major, minor)
     arch: tuple[int, int] = (9, 0)
+    #: the memory's rated bandwidth (bytes/s: memory clock x 2 x bus width) and the SMs'
+    #: clock (Hz): how many bytes an SM must move per clock to keep memory busy
+    memory_bandwidth: float = 3.35e12
+    clock_hz: float = 1.98e9
+
+    @property
+    def bytes_per_sm_clock(self) -> float:
+        """Bytes each SM moves per clock when memory runs at its rated bandwidth."""
+        return self.memory_bandwidth / (self.clock_hz * self.sm_count)
 
     @property
     def register_file_bytes(self) -> int:
@@ -82,8 +91,11 @@ class DeviceLimits:
             values[field_] = int(v)
         if guessed:
             _warn_once(p.name, arch, guessed)
+        rated = _rated(p, arch)
         return cls(
             sm_count=p.multi_processor_count,
+            memory_bandwidth=rated[0],
+            clock_hz=rated[1],
             # CUDA's limit on every architecture since sm_20 (torch does not report it)
             max_threads_per_block=1024,
             # torch does not report it either; an architecture not in the table is taken as
@@ -95,6 +107,19 @@ class DeviceLimits:
         )
 
 
+def _rated(p: Any, arch: tuple[int, int]) -> tuple[float, float]:
+    """(memory bandwidth in bytes/s, SM clock in Hz) from torch's device properties, or
+    the architecture's (`_ARCH_RATES`, else the default target's) where torch lacks them."""
+    default = TARGETS[DEFAULT_TARGET]
+    bw, clock = _ARCH_RATES.get(arch, (default.memory_bandwidth, default.clock_hz))
+    mem_khz, bus_bits, sm_khz = (getattr(p, k, 0) for k in ("memory_clock_rate", "memory_bus_width", "clock_rate"))
+    if isinstance(mem_khz, int) and isinstance(bus_bits, int) and mem_khz > 0 and bus_bits > 0:
+        bw = mem_khz * 1e3 * 2 * bus_bits / 8  # (double data rate)
+    if isinstance(sm_khz, int) and sm_khz > 0:
+        clock = sm_khz * 1e3
+    return float(bw), float(clock)
+
+
 #: FUSER_TARGET: the planning target where there is no CUDA device (meta or CPU inputs)
 TARGET_ENV = "FUSER_TARGET"
 #: the planning target when FUSER_TARGET names none
@@ -104,10 +129,17 @@ DEFAULT_TARGET = "h100"
 TARGETS: dict[str, DeviceLimits] = {
     "h100": DeviceLimits(),
     # an H200 is an H100's chip (sm_90, 132 SMs) with more and faster memory
-    "h200": DeviceLimits(name="H200"),
-    "a100": DeviceLimits(sm_count=108, smem_per_sm=164 * 1024, smem_per_block=163 * 1024, name="A100", arch=(8, 0)),
+    "h200": DeviceLimits(name="H200", memory_bandwidth=4.8e12),
+    "a100": DeviceLimits(sm_count=108, smem_per_sm=164 * 1024, smem_per_block=163 * 1024, name="A100", arch=(8, 0),
+                         memory_bandwidth=2.04e12, clock_hz=1.41e9),
     "l40s": DeviceLimits(sm_count=142, smem_per_sm=100 * 1024, smem_per_block=99 * 1024, max_threads_per_sm=1536,
-                         max_blocks_per_sm=24, name="L40S", arch=(8, 9)),
+                         max_blocks_per_sm=24, name="L40S", arch=(8, 9), memory_bandwidth=8.64e11, clock_hz=2.52e9),
+}
+
+#: per compute capability, the rated (memory bandwidth, SM clock) of its data-centre part,
+#: where torch does not report the device's own (products' data sheets)
+_ARCH_RATES: dict[tuple[int, int], tuple[float, float]] = {
+    (8, 0): (2.04e12, 1.41e9), (8, 9): (8.64e11, 2.52e9), (9, 0): (3.35e12, 1.98e9),
 }
 
 #: (torch device property, DeviceLimits field) of the limits torch reports
