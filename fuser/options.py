@@ -1,4 +1,5 @@
-"""FUSER_DUMP / FUSER_DISABLE: debug dumps and optimisation switches named as nvFuser's."""
+"""FUSER_DUMP / FUSER_DISABLE / FUSER_ENABLE: debug dumps, optimisation switches and opt-in
+features, named as nvFuser's."""
 from __future__ import annotations
 
 import os
@@ -21,6 +22,11 @@ def dump_enabled(name: str) -> bool:
 def disabled(name: str) -> bool:
     """Whether FUSER_DISABLE names the optimisation `name`."""
     return name in _names("FUSER_DISABLE")
+
+
+def enabled(name: str) -> bool:
+    """Whether FUSER_ENABLE names the opt-in feature `name` (read on each call)."""
+    return name in _names("FUSER_ENABLE")
 
 
 def dump(name: str, text: str) -> None:

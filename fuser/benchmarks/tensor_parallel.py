@@ -13,10 +13,10 @@ medians of rounds."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
-from typing import Any, Callable
-from unittest import mock
+from typing import Callable, Iterator
 
 import torch
 import torch.distributed as dist
@@ -155,31 +155,49 @@ def overlap(comm: Communicator, T: int, K: int, N: int, chunks: int, iters: int,
         dist.reduce_scatter_tensor(out, part)
         return out
 
-    def plain() -> None:  # the stage loop issued expression by expression (no CUDA graph)
-        with _graphs_off():
-            piped.execute([lx, lw])
-
-    calls = {"pipelined": lambda: piped.execute([lx, lw]), "pipelined, no graph": plain,
-             "not pipelined": lambda: flat.execute([lx, lw]), "eager": eager}
+    # (variant: (call, the (variable, name) it runs under, set around its timing))
+    calls = {"pipelined": (lambda: piped.execute([lx, lw]), None),
+             "pipelined, no graph": (lambda: piped.execute([lx, lw]), ("FUSER_DISABLE", "stream_graphs")),
+             "not pipelined": (lambda: flat.execute([lx, lw]), None), "eager": (eager, None)}
+    if scatter:  # each chunk's reduce-scatter on the copy engines (no SM; fuser/host/copy_engine.py)
+        calls["pipelined, copy engines"] = (lambda: piped.execute([lx, lw]), ("FUSER_ENABLE", "copy_engine"))
     got: dict[str, list[float]] = {k: [] for k in calls}
     for r in range(len(calls)):  # round-robin: no variant always runs on a GPU the previous one heated
         order = list(got)[r:] + list(got)[:r]
         for name in order:
-            got[name].append(_time(calls[name], iters, rounds=5))
+            fn, env = calls[name]
+            with _option(env):
+                got[name].append(_time(fn, iters, rounds=5))
     med = {k: statistics.median(v) for k, v in got.items()}
     graphs = [g for _, g in piped._entry.last_runner._steps if isinstance(g, LoopGraphs)]
     med["replays"] = sum(g.replays for g in graphs)
     if trace:  # every rank runs the call (it communicates); rank 0 prints
-        _trace(lambda: piped.execute([lx, lw]), f"pipelined, {chunks} chunks", comm.rank() == 0)
+        for name, (fn, env) in calls.items():
+            if name.startswith("pipelined") and name != "pipelined, no graph":
+                with _option(env):
+                    _trace(fn, f"{name}, {collective}, {chunks} chunks", comm.rank() == 0)
     for name, fn in (("pipelined", lambda: piped.execute([lx, lw])), ("not pipelined", lambda: flat.execute([lx, lw]))):
         med[name + " host"] = _issue_ms(fn)
     return med
 
 
-def _graphs_off() -> Any:
-    """FUSER_DISABLE=stream_graphs while inside (read at each call)."""
-    was = os.environ.get("FUSER_DISABLE")
-    return mock.patch.dict(os.environ, {"FUSER_DISABLE": ",".join(filter(None, (was, "stream_graphs")))})
+@contextlib.contextmanager
+def _option(env: tuple[str, str] | None) -> Iterator[None]:
+    """`name` added to the variable FUSER_DISABLE or FUSER_ENABLE (`env`: (variable, name))
+    while inside (read at each call; the same on every rank)."""
+    if env is None:
+        yield
+        return
+    var, name = env
+    was = os.environ.get(var)
+    os.environ[var] = ",".join(filter(None, (was, name)))
+    try:
+        yield
+    finally:
+        if was is None:
+            del os.environ[var]
+        else:
+            os.environ[var] = was
 
 
 def _trace(fn: Callable[[], object], what: str, show: bool) -> None:
@@ -236,8 +254,8 @@ def main(argv: list[str] | None = None) -> None:
     # K = 4H: the MLP's second linear; K = H: attention's output projection (less compute
     # per byte reduced, so more to hide)
     cases = [(4 * H, c, "allreduce") for c in (2, 4, 8)] + [(H, c, "allreduce") for c in (4, 8)] + [
-        (4 * H, c, "reduce_scatter") for c in (2, 4)] + [(H, 4, "reduce_scatter")]
-    rows = [overlap(comm, T, K, H, c, a.iters, a.trace and (K, c, op) == (4 * H, 4, "allreduce"), op)
+        (4 * H, c, "reduce_scatter") for c in (2, 4, 8)] + [(H, c, "reduce_scatter") for c in (2, 4)]
+    rows = [overlap(comm, T, K, H, c, a.iters, a.trace and (K, c) == (4 * H, 4), op)
             for K, c, op in cases] if a.only != "mlp" else []
     if comm.rank() == 0 and m is not None:
         name = torch.cuda.get_device_name()
@@ -251,13 +269,16 @@ def main(argv: list[str] | None = None) -> None:
     if comm.rank() == 0 and rows:
         name = torch.cuda.get_device_name()
         print(f"\nrow-parallel linear [{T}, K] x [{H}, K]^T, K sharded, and its collective, on {comm.size()} x "
-              f"{name} (ms per call; GPU time of the slowest rank: the median of 4 interleaved rounds, "
+              f"{name} (ms per call; GPU time of the slowest rank: the median of 4-5 interleaved rounds, "
               f"each the median of 5 runs of {a.iters} calls)")
-        print("| collective | K | chunks | pipelined (stream axis) | pipelined, no CUDA graph | not pipelined | "
-              "eager linear + collective | pipelined / not | host issue: pipelined | not pipelined | graph replays |")
-        print("|---|---|---|---|---|---|---|---|---|---|---|")
+        print("| collective | K | chunks | pipelined (stream axis) | pipelined, no CUDA graph | pipelined, copy-engine "
+              "reduce-scatters (FUSER_ENABLE=copy_engine) | not pipelined | eager linear + collective | pipelined / not | host issue: "
+              "pipelined | not pipelined | graph replays |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
         for (K, c, op), r in zip(cases, rows):
-            print(f"| {op} | {K} | {c} | {r['pipelined']:.3f} | {r['pipelined, no graph']:.3f} | {r['not pipelined']:.3f} | "
+            ce = f"{r['pipelined, copy engines']:.3f}" if "pipelined, copy engines" in r else "—"
+            print(f"| {op} | {K} | {c} | {r['pipelined']:.3f} | {r['pipelined, no graph']:.3f} | {ce} | "
+                  f"{r['not pipelined']:.3f} | "
                   f"{r['eager']:.3f} | {r['pipelined'] / r['not pipelined']:.2f} | {r['pipelined host']:.3f} | "
                   f"{r['not pipelined host']:.3f} | {r['replays']} |")
 

@@ -22,6 +22,7 @@ import torch
 
 from fuser.ir.printer import val_str
 
+from . import copy_engine
 from .ir import Communication
 
 #: torch.distributed's reduce op per partial kind
@@ -329,6 +330,36 @@ def _into(dest: Any, shape: tuple, like: torch.Tensor) -> torch.Tensor:
     return like.new_empty(shape)
 
 
+#: the local reduction that finishes a copy-engine reduce-scatter, per partial kind
+_LOCAL = {"sum": torch.sum, "max": torch.amax, "min": torch.amin}
+
+
+def _by_copy_engine(c: Communication, x: torch.Tensor, dest: Any, what: Any) -> Pending | None:
+    """Reduce-scatter `x` with no SM (copy_engine.py) where it lies in a symmetric buffer
+    and its blocks are dense: an all-to-all on the copy engines, block j to rank j, into
+    the buffer's twin, then the local reduction of the blocks received (at the Wait, on
+    the stream that waits). None where it does not apply."""
+    import torch.distributed as dist
+
+    a, d = c.out_axis, len(c.team)
+    if c.op not in _LOCAL or math.prod(x.shape[:a]) != 1 or list(c.team) != sorted(c.team):
+        return None
+    got = copy_engine.receiver(x)
+    if got is None:
+        return None
+    g, recv = got
+    shape = (*x.shape[:a], _block(x.shape[a], d, what), *x.shape[a + 1:])
+    out = _into(dest, shape, x)
+    work = dist.all_to_all_single(recv.view(d, -1), x.view(d, -1), group=g, async_op=True)
+    reduce = _LOCAL[c.op]
+
+    def finish() -> torch.Tensor:
+        reduce(recv.view(d, -1), 0, out=out.view(-1))
+        return out
+
+    return Pending(work, finish, what, (out,))
+
+
 def start(c: Communication, x: torch.Tensor | None, dest: Any = None) -> Pending:
     """Start communication `c` on its input `x` (this device's block or partial value;
     None on a device receiving a tensor it does not hold); `dest`: where its result must
@@ -385,6 +416,9 @@ def start(c: Communication, x: torch.Tensor | None, dest: Any = None) -> Pending
             work = dist.all_gather_into_tensor(out, src, group=group, async_op=True)
         return Pending(work, lambda: _back(out, c.axis), what, (src, out))
     if c.kind == "reduce_scatter":
+        got = _by_copy_engine(c, x, dest, what) if not gloo and group is None else None
+        if got is not None:
+            return got
         p = _slices(x, c.out_axis, gloo)
         if p:  # [*lead, n, *rest] -> [*lead, n / d, *rest], one reduce-scatter per leading slice
             x, a = x.contiguous(), c.out_axis

@@ -39,6 +39,7 @@ from .ir import (
     Synchronize,
     Wait,
 )
+from . import copy_engine
 from .communication import capturable, settle, start, watch_replayed
 from .graphs import LoopGraphs, issue_lock, loop_regions, usable
 from .lower import as_declared
@@ -135,6 +136,10 @@ class HostIrEvaluator:
             self._viewable = frozenset(v for v in program.outputs if v not in program.aliases)
             for kind in (LaunchKernel, Evaluate, PostOnStream):
                 self._handlers[kind] = self._detaching(self._handlers[kind])
+        #: buffers allocated before a stream loop whose chunks the loop reduce-scatters, in
+        #: program order: their chunks' reduce-scatters may take no SMs (copy_engine.py)
+        self._symmetric = {tv: k for k, tv in enumerate(_scattered_buffers(program))} \
+            if self.device.type == "cuda" else {}
         #: the top-level expressions as run: a stream loop with its join is one step, which
         #: a CUDA graph may replay (fuser/host/graphs.py)
         self._steps: list[tuple[Callable[[Any, Any], None], Any]] = []
@@ -320,11 +325,20 @@ class HostIrEvaluator:
         scale = self.program.extent_scale.get(e.tv)
         if scale:
             shape = [n * a // b for n, (a, b) in zip(shape, scale)]
+        slot = self._symmetric.get(e.tv)
+        if slot is not None and not e.zero_init:
+            settle()  # (the ranks agree on this call before the buffer's first, collective, setup)
+            buf = copy_engine.allocate(slot, shape, e.tv.dtype.torch, self.device)
+            if buf is not None:
+                env[e.tv] = buf
+                return
         make = torch.zeros if e.zero_init else torch.empty
         env[e.tv] = make(shape, dtype=e.tv.dtype.torch, device=self.device)
 
     def _deallocate(self, e: Deallocate, state: "_State") -> None:
-        state.env.pop(e.tv, None)
+        got = state.env.pop(e.tv, None)
+        if e.tv in self._symmetric and got is not None:
+            copy_engine.done(got)
 
     def _loop(self, e: ForLoop, state: "_State") -> None:
         env = state.env
@@ -442,6 +456,27 @@ class HostIrEvaluator:
     def _select(self, e: HirAliasSelect, state: "_State") -> None:
         env = state.env
         env[e.out] = env[e.tv].select(e.axis, int(env[e.index]))
+
+
+def _scattered_buffers(program: HostIrContainer) -> list[TensorView]:
+    """The intermediates allocated before a stream loop whose chunks (`HirAliasSelect`s in
+    the loop) a reduce-scatter of the whole world reads, in program order."""
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        return []
+    world = tuple(range(dist.get_world_size()))
+    keep = set(program.outputs) | set(program.aliases) | set(program.aliases.values())
+    got: list[TensorView] = []
+    for e in program.exprs:
+        if not isinstance(e, ForLoop):
+            continue
+        chunk_of = {b.out: b.tv for b in e.body if isinstance(b, HirAliasSelect)}
+        for b in e.body:
+            if (isinstance(b, Communication) and b.kind == "reduce_scatter" and b.team == world
+                    and b.inp in chunk_of and chunk_of[b.inp] not in keep and chunk_of[b.inp] not in got):
+                got.append(chunk_of[b.inp])
+    return got
 
 
 class _State:

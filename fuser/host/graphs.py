@@ -176,8 +176,8 @@ _GUARDED = False
 
 def release_communicating() -> None:
     """Drop every graph that holds collectives (captured again at later calls while their
-    groups live): run before a process group shuts down, else its destroy waits for them
-    forever."""
+    groups live), then the copy-engine buffers: run before a process group shuts down,
+    else its destroy waits for them forever."""
     locks = [_LOCKS[k] for k in sorted(_LOCKS)]
     for lock in locks:  # (no capture in flight on another thread adds one meanwhile)
         lock.acquire()
@@ -191,17 +191,24 @@ def release_communicating() -> None:
                 g.graphs.clear()
                 g.seen.clear()
                 g.captures = 0
+        from .copy_engine import release
+
+        release()
     finally:
         for lock in reversed(locks):
             lock.release()
 
 
 def _pin_communicators(g: LoopGraphs) -> None:
-    """Record `g` as holding collectives; on the first, make every process group's
-    shutdown (`destroy_process_group` calls it, however the caller imported it) and the
-    process's exit release such graphs first."""
-    global _GUARDED
+    """Record `g` as holding collectives (`release_communicating` drops it)."""
     _PINNING.add(g)
+    guard_shutdown()
+
+
+def guard_shutdown() -> None:
+    """Make every process group's shutdown (`destroy_process_group` calls it, however the
+    caller imported it) and the process's exit run `release_communicating` first."""
+    global _GUARDED
     if _GUARDED:
         return
     _GUARDED = True

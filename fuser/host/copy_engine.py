@@ -1,0 +1,189 @@
+"""Reduce-scatters that take no SMs, for stage loops.
+
+A stage loop overlaps chunk i's reduce-scatter with chunk i+1's matmul. NCCL's
+reduce-scatter is a kernel: it takes SMs that the matmul's one wave of CTAs needs, so
+the matmul runs a second wave (on an H200, a 181 µs chunk GEMM took 260 µs beside NCCL's
+reduce-scatter of the chunk before). NCCL 2.28 moves an all-to-all with the GPU's copy
+engines instead, using no SM, on a communicator made with the zero-CTA policy and on
+buffers in its symmetric windows. A reduce-scatter is then that all-to-all (block j of
+each rank's partial sums to rank j) plus a local sum of the d blocks received (the same
+GEMM took 197 µs beside it, the sum included, in a CUDA graph).
+
+So a buffer a stage loop's reduce-scatters read their chunks from is allocated here, in
+symmetric memory, with a twin of the same size that receives the blocks; a chunk's blocks
+land in the twin at the chunk's own offset (no two chunks in flight share bytes). The
+evaluator asks for such buffers (`allocate`), and `communication.start` runs a
+reduce-scatter whose input lies in one through `receiver`.
+
+Opt-in (FUSER_ENABLE=copy_engine, set alike on every rank): on 2 H200s it pays where a
+chunk's matmul is long beside its reduce-scatter and costs where it is short. Row-parallel
+linear, 8192 tokens, 4096 outputs, GPU ms per call, copy engines / NCCL's kernel: K 16384
+in 2, 4, 8 chunks 0.903 / 0.927, 0.896 / 0.928, 0.893 / 0.980; K 4096 in 2, 4 chunks
+0.418 / 0.398, 0.423 / 0.375 (the all-to-all moves 16 MB in ~30 µs, NCCL's kernel reduces
+it in ~25 µs when it has the SMs; and the local sum waits for SMs the next matmul holds).
+Used only where every rank can: NCCL at least 2.28 with its zero-CTA policy, symmetric
+memory on NCCL's backend, and every rank on one host (the copy engines move data over
+NVLink between the GPUs of a host); the ranks decide that together once per job. The buffers live until a process group shuts down (freeing one
+deregisters it with every rank) or the process exits.
+"""
+from __future__ import annotations
+
+import datetime
+import math
+from typing import Any
+
+import torch
+
+from fuser.options import enabled
+
+#: the FUSER_ENABLE name (opt-in: see the module's note on when it pays)
+NAME = "copy_engine"
+#: oldest NCCL with copy-engine collectives
+MIN_NCCL = (2, 28)
+
+#: this job's state: "world" (the default group it was decided for), "group" (the zero-CTA
+#: group, None where the ranks cannot use copy engines), "failed" (a setup's error)
+_STATE: dict[str, Any] = {}
+#: the symmetric buffers: (slot, shape, dtype, device index) -> [buffer, twin, their
+#: rendezvous handles, an event after their last use (None before any)]
+_BUFFERS: dict[Any, list] = {}
+#: a buffer's storage address -> its twin (what `receiver` looks up)
+_TWINS: dict[int, torch.Tensor] = {}
+#: how many decisions this process made (the same on every rank: it names their store keys)
+_MADE = [0]
+
+
+def _local_reason() -> str:
+    """Why this rank cannot use copy-engine collectives ('' where it can)."""
+    import torch.distributed as dist
+
+    if dist.get_backend() != "nccl":
+        return f"backend {dist.get_backend()}"
+    try:
+        version = tuple(torch.cuda.nccl.version())[:2]
+    except Exception as err:  # (a build without NCCL)
+        return f"no NCCL version: {err}"
+    if version < MIN_NCCL:
+        return f"NCCL {version} (copy-engine collectives need {MIN_NCCL})"
+    if not hasattr(dist.ProcessGroupNCCL, "NCCL_CTA_POLICY_ZERO"):
+        return "torch has no NCCL CTA policy option"
+    try:
+        import torch.distributed._symmetric_memory as symm_mem
+
+        symm_mem.set_backend("NCCL")  # (refused once another backend has allocated)
+    except Exception as err:
+        return f"no symmetric memory on NCCL's backend: {err}"
+    return ""
+
+
+def group() -> Any:
+    """The zero-CTA process group of the whole world, made at the first call (every rank
+    calls this at the same point of the same host program), or None where some rank
+    cannot use copy-engine collectives. A setup that fails raises, now and at later calls."""
+    import socket
+
+    import torch.distributed as dist
+
+    from fuser.multidevice.communicator import NCCL_TIMEOUT_S, TIMEOUT_S
+
+    from .agreement import _boot_id, _every
+
+    world = dist.distributed_c10d._get_default_group()
+    if _STATE.get("world") is not world:  # a new job: decide again
+        _STATE.clear()
+        _STATE["world"] = world
+    if "failed" in _STATE:
+        raise _STATE["failed"]
+    if "group" in _STATE:
+        return _STATE["group"]
+    _MADE[0] += 1
+    size, rank = dist.get_world_size(), dist.get_rank()
+    try:
+        reason = _local_reason()
+        store = dist.distributed_c10d._get_default_store()
+        every = _every(store, f"fuser/copy_engine/{_MADE[0]}", f"{socket.gethostname()}:{_boot_id()} {reason}",
+                       size, rank, TIMEOUT_S)
+        hosts = {e.split(" ", 1)[0] for e in every}
+        got = None
+        if len(hosts) == 1 and not any(e.split(" ", 1)[1] for e in every):
+            opts = dist.ProcessGroupNCCL.Options()
+            opts.config.cta_policy = dist.ProcessGroupNCCL.NCCL_CTA_POLICY_ZERO
+            got = dist.new_group(backend="nccl", pg_options=opts, timeout=datetime.timedelta(seconds=NCCL_TIMEOUT_S))
+            from .graphs import guard_shutdown
+
+            guard_shutdown()  # the buffers go before any group does
+    except Exception as err:
+        failed = RuntimeError(f"the ranks could not set up copy-engine reduce-scatters (leave FUSER_ENABLE="
+                              f"copy_engine unset to skip them): {err}")
+        _STATE["failed"] = failed
+        raise failed from err
+    _STATE["group"] = got
+    return got
+
+
+def allocate(slot: int, shape: list[int], dtype: torch.dtype, device: torch.device) -> torch.Tensor | None:
+    """A symmetric buffer of `shape` for the `slot`-th such buffer of a host program, or
+    None where the ranks do not use copy engines. Made at its first request, on every rank
+    at once (the rendezvous is collective); later requests, from this program or another
+    run after it, get the same one, once the stream of its last use has passed it."""
+    import torch.distributed as dist
+
+    if (device.type != "cuda" or not enabled(NAME) or dist.get_backend() != "nccl" or dist.get_world_size() == 1
+            or math.prod(shape) == 0):
+        return None
+    key = (slot, tuple(shape), dtype, device.index)
+    got = _BUFFERS.get(key)
+    capturing = torch.cuda.is_current_stream_capturing()
+    if got is not None:
+        if got[3] is not None and not capturing:  # (a caller on another stream than the last)
+            torch.cuda.current_stream(device).wait_event(got[3])
+        return got[0]
+    if capturing:  # (a rendezvous cannot be captured)
+        return None
+    g = group()
+    if g is None:
+        return None
+    import torch.distributed._symmetric_memory as symm_mem
+
+    with torch.cuda.device(device):
+        buf = symm_mem.empty(*shape, dtype=dtype, device=device)
+        twin = symm_mem.empty(*shape, dtype=dtype, device=device)
+        handles = (symm_mem.rendezvous(buf, g.group_name), symm_mem.rendezvous(twin, g.group_name))
+    _BUFFERS[key] = [buf, twin, handles, None]
+    _TWINS[buf.untyped_storage().data_ptr()] = twin
+    return buf
+
+
+def done(x: torch.Tensor) -> None:
+    """Mark the buffer `x` (from `allocate`) used up to the current stream's work."""
+    for got in _BUFFERS.values():
+        if got[0] is x:
+            if not torch.cuda.is_current_stream_capturing():
+                if got[3] is None:
+                    got[3] = torch.cuda.Event()
+                got[3].record(torch.cuda.current_stream(x.device))
+            return
+
+
+def receiver(x: torch.Tensor) -> tuple[Any, torch.Tensor] | None:
+    """(the zero-CTA group, the view of the twin at `x`'s place) where `x` is a dense view
+    inside a buffer `allocate` made; None otherwise."""
+    if not _TWINS or not x.is_cuda or not x.is_contiguous():
+        return None
+    twin = _TWINS.get(x.untyped_storage().data_ptr())
+    if twin is None:
+        return None
+    return _STATE["group"], twin.as_strided(x.shape, x.stride(), x.storage_offset())
+
+
+def release() -> None:
+    """Drop every symmetric buffer (run before a process group shuts down, after the
+    graphs that read them are gone); the next call that wants one makes it again."""
+    if _BUFFERS:
+        for d in {got[0].device for got in _BUFFERS.values()}:
+            torch.cuda.synchronize(d)  # (their last collectives end first)
+    _TWINS.clear()
+    _BUFFERS.clear()
+
+
+__all__ = ["NAME", "group", "allocate", "done", "receiver", "release"]
