@@ -365,6 +365,21 @@ def _pad_of_an_expanded_axis_beside_a_cat(fd, xs):
     fd.add_output(fd.ops.cat([t0, t9, fd.ops.abs(t0)], dim=0))
 
 
+def _axes_a_reshape_ties_in_a_persistent_kernel(fd, xs):
+    """An output [4, 32 (expanded), 8, 1] of an input's axis and the row axis of a [4, 32]
+    -> [128] -> [8, 16] view's sum, beside that sum (GPU fuzz seed 12015 case 29): the
+    persistent kernel's loop over the view's [8, 16] fixes the 4 by the 8 (row r writes
+    only a = r // 2), so 24 of its 32 stored elements were never written (NaN)."""
+    t1 = fd.define_tensor(shape=[-1, -1], contiguity=[None, True], dtype=DataType.Float, stride_order=[0, 1])
+    t3 = fd.ops.reshape(fd.ops.reshape(t1, new_shape=[128]), new_shape=[8, 16])
+    t4 = fd.ops.sum(t3, dims=[1], keepdim=True)
+    t6 = fd.ops.broadcast_in_dim(t1, shape=[t1.size(0), 32, 8, 1], broadcast_dims=[0, 1])
+    t8 = fd.ops.expand(fd.ops.broadcast(t4, is_broadcast_dim=[True, True, False, False]),
+                       shape=[t1.size(0), t1.size(1), 8, 1])
+    fd.add_output(fd.ops.lerp(t6, t8, 0.5))
+    fd.add_output(fd.ops.cast(fd.ops.add(t3, t4), dtype=DataType.BFloat16))
+
+
 #: (name, build, inputs): the bug classes the simulated fuzz runs found, each fixed at its
 #: cause (a wrong index, an unwritten or misread element, a spurious error)
 FOUND = [
@@ -382,6 +397,8 @@ FOUND = [
     ("pad_inside_a_merged_inner_axis", _pad_inside_a_merged_inner_axis, lambda: [_rand(32, 3).permute(1, 0)]),
     ("pad_of_an_expanded_axis_beside_a_cat", _pad_of_an_expanded_axis_beside_a_cat,
      lambda: [_rand(128, 1).expand(128, 16)]),
+    ("axes_a_reshape_ties_in_a_persistent_kernel", _axes_a_reshape_ties_in_a_persistent_kernel,
+     lambda: [_rand(1, 4).permute(1, 0).expand(4, 32)]),
 ]
 
 

@@ -400,6 +400,35 @@ class SubFusion:
               for k in self.expr_ids for ins, outs in self.a.transforms[k]]
         return _closed(classes, ts)
 
+    def written_whole(self, ref: TensorView, out: TensorView) -> bool:
+        """Whether `out` is written whole from `ref`'s loop nest: each axis of it that is not
+        one of ref's own is reached through reshapes from ref axes `out` does not hold too (an
+        output holding an axis beside a reshape of it, reached from the reference's axes
+        through that reshape, would have the one fixed by the other: part never written)."""
+        ref_classes = set(self.classes_of(ref))
+        classes = self.classes_of(out)
+        derived = [c for c in classes if c not in ref_classes]
+        if not derived:
+            return True
+        # the loop covers ref's stored elements (an expanded axis once): fewer than out's cannot
+        # write it (a reshape of an expanded axis stores each of its positions)
+        n_ref, n_out = self.stored(ref), self.stored(out)
+        if n_ref is not None and n_out is not None and n_ref < n_out:
+            return False
+        free = self.covered_by(ref_classes - set(classes))
+        return all(c in free for c in derived)
+
+    def stored(self, tv: TensorView) -> int | None:
+        """The elements `tv` stores (its non-broadcast axes) by this call's sizes; None: unknown."""
+        n = 1
+        for i in tv.logical_no_reductions():
+            if not i.is_broadcast:
+                e = self._runtime_extent(i)
+                if e is None:
+                    return None
+                n *= e
+        return n
+
     def reference(self, candidates: Sequence[TensorView], need: set[int]) -> TensorView | None:
         """The first of `candidates` whose axes (closed over reshapes) cover `need`."""
         for tv in candidates:

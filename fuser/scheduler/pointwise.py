@@ -31,44 +31,13 @@ def _structure_reason(sub: SubFusion) -> str | None:
     return None
 
 
-def _written_whole(sub: SubFusion, ref: TensorView, out: TensorView) -> bool:
-    """Whether `out` is written whole from `ref`'s loop nest: each axis of it that is not
-    one of ref's own is reached through reshapes from ref axes `out` does not hold too (an
-    output holding an axis beside a reshape of it, reached from the reference's axes
-    through that reshape, would have the one fixed by the other: part never written)."""
-    ref_classes = set(sub.classes_of(ref))
-    classes = sub.classes_of(out)
-    derived = [c for c in classes if c not in ref_classes]
-    if not derived:
-        return True
-    # the loop covers ref's stored elements (an expanded axis once): fewer than out's cannot
-    # write it (a reshape of an expanded axis stores each of its positions)
-    n_ref, n_out = _stored(sub, ref), _stored(sub, out)
-    if n_ref is not None and n_out is not None and n_ref < n_out:
-        return False
-    free = sub.covered_by(ref_classes - set(classes))
-    return all(c in free for c in derived)
-
-
-def _stored(sub: SubFusion, tv: TensorView) -> int | None:
-    """The elements `tv` stores (its non-broadcast axes) by this call's sizes; None: unknown."""
-    n = 1
-    for i in tv.logical_no_reductions():
-        if not i.is_broadcast:
-            e = sub._runtime_extent(i)
-            if e is None:
-                return None
-            n *= e
-    return n
-
-
 def _reference(sub: SubFusion) -> TensorView | None:
     """The first output that spans the segment and writes every other output whole (cached)."""
     if "pointwise_reference" not in sub.memo:
         need = sub.concrete_classes()
         sub.memo["pointwise_reference"] = next(
             (tv for tv in sub.outputs if need <= sub.covered_by(sub.classes_of(tv))
-             and all(_written_whole(sub, tv, o) for o in sub.outputs if o is not tv)), None)
+             and all(sub.written_whole(tv, o) for o in sub.outputs if o is not tv)), None)
     return sub.memo["pointwise_reference"]
 
 

@@ -58,6 +58,13 @@ def reshape_reason(sub: SubFusion) -> str | None:
             others = classes[:k] + classes[k + 1:]
             if c not in others and c in sub.reshape_closure(others):
                 return f"T{tv.name} holds an axis beside a reshape of it (both iterated)"
+    ref = sub.reductions()[0].input
+    for out in sub.outputs:
+        # the kernels write every output from the reference's loop nest (the first
+        # reduction's input): an output whose axes a reshape ties to each other there
+        # (T[4, 8] beside a [4, 32] -> [8, 16] view) would be written in part
+        if not sub.written_whole(ref, out):
+            return f"T{out.name} is not written whole from the loop nest of T{ref.name} (a reshape ties its axes)"
     for r in sub.reductions():
         if sub.reshape_closure(r.iter_classes) & r.red_classes:
             return "a reshape relates a kept axis to a reduced one"

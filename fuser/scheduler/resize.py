@@ -86,7 +86,7 @@ def unwritten_reason(sub: SubFusion, ref: TensorView) -> str | None:
     find = _local_classes(sub)
     start = {find(r) for r in ref.logical_no_reductions() if not r.is_broadcast}
     known = _reached(sub, find, start)
-    n_ref = pointwise._stored(sub, ref)
+    n_ref = sub.stored(ref)
     for out in sub.outputs:
         concrete = [i for i in out.logical_no_reductions() if not i.is_broadcast]
         for i in concrete:
@@ -94,7 +94,7 @@ def unwritten_reason(sub: SubFusion, ref: TensorView) -> str | None:
                 return f"output {out!r}: axis {i!r} is not written whole from {ref!r}'s loop nest"
         if out is ref:
             continue
-        n_out = pointwise._stored(sub, out)
+        n_out = sub.stored(out)
         if n_ref is not None and n_out is not None and n_ref < n_out:
             return f"output {out!r} stores {n_out} elements, more than {ref!r}'s loop nest covers ({n_ref})"
         own = {find(i) for i in concrete}
