@@ -15,15 +15,7 @@ import torch
 from fuser import DataType, FusionDefinition, ParallelType
 from fuser.runtime.tolerance import assert_close
 
-
-def block(t, axis, comm):
-    return t.chunk(comm.size(), axis)[comm.rank()].contiguous()
-
-
-def _shard(t, mesh, axis):
-    t.set_device_mesh(mesh)
-    t.outer_split(axis, mesh.size)
-    t.axis(axis).parallelize(ParallelType.mesh_x)
+from .test_pipelined import _shard, block
 
 
 def _row_parallel(mesh, dtype):
