@@ -44,7 +44,7 @@ MIN_NCCL = (2, 28)
 #: this job's state: "world" (the default group it was decided for), "group" (the zero-CTA
 #: group, None where the ranks cannot use copy engines), "failed" (a setup's error)
 _STATE: dict[str, Any] = {}
-#: the symmetric buffers: (slot, shape, dtype, device index) -> [buffer, twin, their
+#: the symmetric buffers, flat: (slot, dtype, device index) -> [buffer, twin, their
 #: rendezvous handles, an event after their last use (None before any)]
 _BUFFERS: dict[Any, list] = {}
 #: a buffer's storage address -> its twin (what `receiver` looks up)
@@ -70,7 +70,20 @@ def _local_reason() -> str:
     try:
         import torch.distributed._symmetric_memory as symm_mem
 
-        symm_mem.set_backend("NCCL")  # (refused once another backend has allocated)
+        if not hasattr(symm_mem, "set_backend"):
+            return "torch's symmetric memory has no backends to choose"
+    except Exception as err:
+        return f"no symmetric memory: {err}"
+    return ""
+
+
+def _use_nccl_backend() -> str:
+    """Set symmetric memory's backend to NCCL's (once the ranks agreed to: it is global);
+    '' where that took, else why not (another backend allocated already)."""
+    try:
+        import torch.distributed._symmetric_memory as symm_mem
+
+        symm_mem.set_backend("NCCL")
     except Exception as err:
         return f"no symmetric memory on NCCL's backend: {err}"
     return ""
@@ -106,6 +119,12 @@ def group() -> Any:
         hosts = {e.split(" ", 1)[0] for e in every}
         got = None
         if len(hosts) == 1 and not any(e.split(" ", 1)[1] for e in every):
+            # every rank can: each switches its backend, and they go on only if all did
+            took = _every(store, f"fuser/copy_engine/{_MADE[0]}/backend", _use_nccl_backend() or "ok", size, rank,
+                          TIMEOUT_S)
+            if any(t != "ok" for t in took):
+                _STATE["group"] = None
+                return None
             opts = dist.ProcessGroupNCCL.Options()
             opts.config.cta_policy = dist.ProcessGroupNCCL.NCCL_CTA_POLICY_ZERO
             got = dist.new_group(backend="nccl", pg_options=opts, timeout=datetime.timedelta(seconds=NCCL_TIMEOUT_S))
@@ -113,8 +132,8 @@ def group() -> Any:
 
             guard_shutdown()  # the buffers go before any group does
     except Exception as err:
-        failed = RuntimeError(f"the ranks could not set up copy-engine reduce-scatters (leave FUSER_ENABLE="
-                              f"copy_engine unset to skip them): {err}")
+        failed = RuntimeError(f"the ranks could not set up copy-engine reduce-scatters (FUSER_ENABLE=copy_engine "
+                              f"must be set on every rank or on none): {err}")
         _STATE["failed"] = failed
         raise failed from err
     _STATE["group"] = got
@@ -122,42 +141,52 @@ def group() -> Any:
 
 
 def allocate(slot: int, shape: list[int], dtype: torch.dtype, device: torch.device) -> torch.Tensor | None:
-    """A symmetric buffer of `shape` for the `slot`-th such buffer of a host program, or
-    None where the ranks do not use copy engines. Made at its first request, on every rank
-    at once (the rendezvous is collective); later requests, from this program or another
-    run after it, get the same one, once the stream of its last use has passed it."""
+    """A symmetric buffer of `shape` for the `slot`-th such buffer of a host program (a
+    view of the slot's buffer), or None where the ranks do not use copy engines. The
+    slot's buffer is made at its first request and remade larger when a request needs
+    more, on every rank at once (every rank runs the same program on the same shapes: the
+    rendezvous is collective); other requests, from this program or another run after it,
+    reuse it, once the stream of its last use has passed it. One caller at a time."""
     import torch.distributed as dist
 
-    if (device.type != "cuda" or not enabled(NAME) or dist.get_backend() != "nccl" or dist.get_world_size() == 1
-            or math.prod(shape) == 0):
+    n = math.prod(shape)
+    if device.type != "cuda" or not enabled(NAME) or dist.get_backend() != "nccl" or dist.get_world_size() == 1 or not n:
         return None
-    key = (slot, tuple(shape), dtype, device.index)
+    key = (slot, dtype, device.index)
     got = _BUFFERS.get(key)
     capturing = torch.cuda.is_current_stream_capturing()
-    if got is not None:
+    if got is not None and got[0].numel() >= n:
         if got[3] is not None and not capturing:  # (a caller on another stream than the last)
             torch.cuda.current_stream(device).wait_event(got[3])
-        return got[0]
+        return got[0][:n].view(shape)
     if capturing:  # (a rendezvous cannot be captured)
         return None
     g = group()
     if g is None:
         return None
+    if got is not None:  # too small: graphs that hold it go, then it does
+        from .graphs import release_communicating
+
+        release_communicating()
+        torch.cuda.synchronize(device)
+        _TWINS.pop(got[0].untyped_storage().data_ptr(), None)
+        del _BUFFERS[key]
     import torch.distributed._symmetric_memory as symm_mem
 
     with torch.cuda.device(device):
-        buf = symm_mem.empty(*shape, dtype=dtype, device=device)
-        twin = symm_mem.empty(*shape, dtype=dtype, device=device)
+        buf = symm_mem.empty(n, dtype=dtype, device=device)
+        twin = symm_mem.empty(n, dtype=dtype, device=device)
         handles = (symm_mem.rendezvous(buf, g.group_name), symm_mem.rendezvous(twin, g.group_name))
     _BUFFERS[key] = [buf, twin, handles, None]
     _TWINS[buf.untyped_storage().data_ptr()] = twin
-    return buf
+    return buf.view(shape)
 
 
 def done(x: torch.Tensor) -> None:
     """Mark the buffer `x` (from `allocate`) used up to the current stream's work."""
+    ptr = x.untyped_storage().data_ptr()
     for got in _BUFFERS.values():
-        if got[0] is x:
+        if got[0].untyped_storage().data_ptr() == ptr:
             if not torch.cuda.is_current_stream_capturing():
                 if got[3] is None:
                     got[3] = torch.cuda.Event()
@@ -176,9 +205,21 @@ def receiver(x: torch.Tensor) -> tuple[Any, torch.Tensor] | None:
     return _STATE["group"], twin.as_strided(x.shape, x.stride(), x.storage_offset())
 
 
+def shutting_down(pg: Any) -> None:
+    """Drop the buffers when `pg` is the zero-CTA group or the default group (every rank
+    shuts those down: a subgroup's shutdown on some ranks only would leave the ranks with
+    different buffers, and their next remake's rendezvous unmatched)."""
+    import torch.distributed as dist
+
+    if _BUFFERS and (pg is _STATE.get("group") or pg is _STATE.get("world")
+                     or (dist.is_initialized() and pg is dist.distributed_c10d._get_default_group())):
+        release()
+
+
 def release() -> None:
-    """Drop every symmetric buffer (run before a process group shuts down, after the
-    graphs that read them are gone); the next call that wants one makes it again."""
+    """Drop every symmetric buffer (after the graphs that read them are gone: graphs'
+    `release_communicating`); the next call that wants one makes it again. Every rank
+    must do it at the same point (the remake is collective)."""
     if _BUFFERS:
         for d in {got[0].device for got in _BUFFERS.values()}:
             torch.cuda.synchronize(d)  # (their last collectives end first)
@@ -186,4 +227,4 @@ def release() -> None:
     _BUFFERS.clear()
 
 
-__all__ = ["NAME", "group", "allocate", "done", "receiver", "release"]
+__all__ = ["NAME", "group", "allocate", "done", "receiver", "release", "shutting_down"]

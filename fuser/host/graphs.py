@@ -176,8 +176,8 @@ _GUARDED = False
 
 def release_communicating() -> None:
     """Drop every graph that holds collectives (captured again at later calls while their
-    groups live), then the copy-engine buffers: run before a process group shuts down,
-    else its destroy waits for them forever."""
+    groups live): run before a process group shuts down, else its destroy waits for them
+    forever."""
     locks = [_LOCKS[k] for k in sorted(_LOCKS)]
     for lock in locks:  # (no capture in flight on another thread adds one meanwhile)
         lock.acquire()
@@ -191,9 +191,6 @@ def release_communicating() -> None:
                 g.graphs.clear()
                 g.seen.clear()
                 g.captures = 0
-        from .copy_engine import release
-
-        release()
     finally:
         for lock in reversed(locks):
             lock.release()
@@ -207,7 +204,8 @@ def _pin_communicators(g: LoopGraphs) -> None:
 
 def guard_shutdown() -> None:
     """Make every process group's shutdown (`destroy_process_group` calls it, however the
-    caller imported it) and the process's exit run `release_communicating` first."""
+    caller imported it) and the process's exit run `release_communicating` first, and
+    then drop the copy-engine buffers where the group is one every rank shuts down."""
     global _GUARDED
     if _GUARDED:
         return
@@ -219,14 +217,25 @@ def guard_shutdown() -> None:
     shutdown = ProcessGroup.shutdown
 
     def released_first(self: Any, *args: Any, **kwargs: Any) -> Any:
+        from .copy_engine import shutting_down
+
         release_communicating()
+        shutting_down(self)  # (the copy-engine buffers, after the graphs that hold them)
         return shutdown(self, *args, **kwargs)
 
     released_first.__wrapped__ = shutdown  # type: ignore[attr-defined]
     ProcessGroup.shutdown = released_first
     # (atexit runs last-registered first: before a communicator's own exit hook, made with
     # its group, and before the interpreter's teardown destroys the groups left)
-    atexit.register(release_communicating)
+    atexit.register(_release_all)
+
+
+def _release_all() -> None:
+    """At exit: the graphs that hold collectives, then the copy-engine buffers."""
+    from .copy_engine import release
+
+    release_communicating()
+    release()
 
 
 def _join(side: Any, workers: Sequence[Any]) -> None:

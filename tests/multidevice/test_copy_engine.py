@@ -137,26 +137,46 @@ def test_replayed_from_a_graph_on_fresh_values_and_another_stream(comm, mesh, se
     assert (g.captures, g.replays) == (1, 3), (g.captures, g.replays, g.off)
     assert engines.ran.count("reduce_scatter") == 2 * C  # the plain run and the capture
     side = torch.cuda.Stream(comm.device)
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):  # a caller on another stream: the buffers wait for their last use
-        call()
+    torch.cuda._sleep(50_000_000)  # (the default stream busy: its last use of the buffers still to come)
+    call()
+    with torch.cuda.stream(side):  # a caller on another stream, not synchronised with the default one:
+        call()                      # the buffers wait for their last use there
         call()
     torch.cuda.current_stream().wait_stream(side)
     call()
 
 
-def test_buffers_released_before_a_group_shuts_down_come_back(comm, mesh, seed, engines):
-    from fuser.host.graphs import release_communicating
+def test_buffers_grow_for_larger_calls_and_serve_smaller_ones(comm, mesh, seed, engines):
+    def storage() -> set:
+        return {got[0].untyped_storage().data_ptr() for got in engines.module._BUFFERS.values()}
+
+    _, small = _calls(comm, mesh, 2)
+    _, large = _calls(comm, mesh, 4)
+    small()
+    first = storage()
+    large()  # more chunks: the slot's buffer is remade larger
+    assert storage() != first and len(engines.module._BUFFERS) == 1
+    grown = storage()
+    small()  # a view of the larger one
+    assert storage() == grown
+    assert engines.ran.count("reduce_scatter") == 2 + 4 + 2
+
+
+def test_buffers_go_only_with_a_group_every_rank_shuts_down(comm, mesh, seed, engines):
+    import torch.distributed as dist
 
     C = 2
     _, call = _calls(comm, mesh, C)
     call()
-    assert engines.module._BUFFERS and engines.ran.count("reduce_scatter") == C
-    release_communicating()  # (every group's shutdown runs it first)
+    sub = dist.new_group([0])  # (every rank makes it; rank 0 alone is in it)
+    if comm.rank() == 0:
+        dist.destroy_process_group(sub)  # shuts it down on rank 0 only
+    assert engines.module._BUFFERS  # kept on every rank: a remake is collective
+    engines.module.release()  # (every rank at once: what a shutdown of the world does)
     assert not engines.module._BUFFERS and not engines.module._TWINS
     call()
     call()
-    assert engines.module._BUFFERS and engines.ran.count("reduce_scatter") >= 2 * C
+    assert engines.module._BUFFERS and engines.ran.count("reduce_scatter") == 3 * C
 
 
 def test_not_enabled_is_nccls_reduce_scatter(comm, mesh, seed, engines):
