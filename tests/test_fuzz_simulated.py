@@ -380,6 +380,19 @@ def _axes_a_reshape_ties_in_a_persistent_kernel(fd, xs):
     fd.add_output(fd.ops.cast(fd.ops.add(t3, t4), dtype=DataType.BFloat16))
 
 
+def _lookup_in_a_cat_branch(fd, xs):
+    """index_select of an input feeding both branches of a cat, sliced to the second one
+    (simulated fuzz seed 12003 case 530): the first branch's lookup read past the input
+    (its index, unshifted, runs to the cat's width); an index op's read is guarded by the
+    branch's condition as a load is."""
+    t0 = fd.define_tensor(shape=[-1, -1, -1], contiguity=[None, False, False], dtype=DataType.Float)
+    t1 = fd.define_tensor(shape=[-1], contiguity=[None], dtype=DataType.Int32)
+    t3 = fd.define_tensor(shape=[-1, -1, -1], contiguity=[True, True, True], dtype=DataType.Float, stride_order=[1, 0, 2])
+    t4 = fd.ops.add(fd.ops.index_select(t0, t1, dim=0), t3)
+    t10 = fd.ops.cat([t4, fd.ops.neg(t4)], dim=2)
+    fd.add_output(fd.ops.slice(t10, start_indices=[0, 0, 8], end_indices=[3, 3, 16]))
+
+
 #: (name, build, inputs): the bug classes the simulated fuzz runs found, each fixed at its
 #: cause (a wrong index, an unwritten or misread element, a spurious error)
 FOUND = [
@@ -399,6 +412,9 @@ FOUND = [
      lambda: [_rand(128, 1).expand(128, 16)]),
     ("axes_a_reshape_ties_in_a_persistent_kernel", _axes_a_reshape_ties_in_a_persistent_kernel,
      lambda: [_rand(1, 4).permute(1, 0).expand(4, 32)]),
+    ("lookup_in_a_cat_branch", _lookup_in_a_cat_branch,
+     lambda: [_rand(1, 3, 17)[:, :, 1::2].expand(4097, 3, 8), torch.tensor([4000], dtype=torch.int32).expand(3),
+              _rand(8, 3, 3).permute(1, 2, 0)]),
 ]
 
 

@@ -179,7 +179,11 @@ class PointwiseLowering:
                 continue
             decls.append(Decl(n.reg.base.name, n.tv.dtype, size))
             if n.kind == "compute":
-                compute.append(Assign(n.reg, n.rhs))
+                rhs, guard = n.rhs, guards.get(n)
+                if guard is not None:  # an index op's lookup, read only where its value is used
+                    dt = n.tv.dtype
+                    rhs = Ternary(TernaryOpType.Where, (guard, rhs, _zero(dt)), (DataType.Bool, dt, dt), dt)
+                compute.append(Assign(n.reg, rhs))
                 continue
             tv = n.tv
             ptr = params.tensor(tv)
@@ -265,9 +269,13 @@ def _zero(dtype: DataType) -> Const:
 
 class _Node:
     """One tensor's value at one index map: loaded (a kernel input), computed into a
-    register array, or an alias of an operand's register (a view)."""
+    register array, or an alias of an operand's register (a view). An index op's value is
+    computed, but it reads memory (its lookup tensor), so it is guarded as a load is."""
 
     __slots__ = ("tv", "amap", "kind", "reg", "rhs", "children")
+
+    def reads_memory(self) -> bool:
+        return self.kind == "load" or (self.kind == "compute" and isinstance(self.tv.definition, INDEX_OPS))
 
     def __init__(self, tv: TensorView, amap: Map) -> None:
         self.tv, self.amap = tv, amap
@@ -370,7 +378,7 @@ class _ValueGraph:
         self.order.sort(key=lambda n: pos.get(n.tv.definition, -1) if n.kind != "load" else -1)
 
     def guards(self, roots: list[tuple[_Node, list[Expr]]]) -> dict[_Node, Expr]:
-        """The condition under which each loaded value is used (absent: always): the
+        """The condition under which each value read from memory is used (absent: always): the
         disjunction, over the ways outputs read it (each output under the conditions it is
         written in), of the pads' and cats' conditions on the way."""
         ways: dict[_Node, list[tuple[Expr, ...]]] = {}
@@ -398,7 +406,7 @@ class _ValueGraph:
                         got.append(c)
         out: dict[_Node, Expr] = {}
         for n in self.order:
-            if n.kind != "load":
+            if not n.reads_memory():
                 continue
             w = ways.get(n, [()])
             if () in w:
