@@ -184,6 +184,27 @@ def _boot_id() -> str:
         return ""
 
 
+def host_id() -> str:
+    """This machine as ranks compare it: host name and boot id."""
+    import socket
+
+    return f"{socket.gethostname()}:{_boot_id()}"
+
+
+def this_job(cache: dict[str, Any]) -> None:
+    """Empty `cache` (state kept per job: "world", its default group; "failed", a setup's
+    error) when the default group is not the one it was kept for (the job was destroyed
+    and started again); raise the setup error it holds."""
+    import torch.distributed as dist
+
+    world = dist.distributed_c10d._get_default_group()
+    if cache.get("world") is not world:
+        cache.clear()
+        cache["world"] = world
+    if "failed" in cache:
+        raise cache["failed"]
+
+
 def _every(store: Any, key: str, mine: str, size: int, rank: int, timeout_s: float) -> list[str]:
     """Every rank's `mine`, in rank order, through the default store (waiting at most
     `timeout_s` for the others)."""
@@ -208,19 +229,12 @@ def _channel(inputs: Any) -> Any:
     that want different channels (FUSER_DISABLE=shared_agreement on some) all raise. A
     handshake that fails leaves the job without a channel: every later sharded call
     raises its error at once (the ranks' handshakes would no longer pair up)."""
-    import socket
-
     import torch.distributed as dist
 
     from fuser.multidevice.communicator import TIMEOUT_S
 
     want = "group" if disabled("shared_agreement") else "shared"
-    world = dist.distributed_c10d._get_default_group()
-    if _CHANNELS.get("world") is not world:  # a new job (destroyed and started again): new channels
-        _CHANNELS.clear()
-        _CHANNELS["world"] = world
-    if "failed" in _CHANNELS:
-        raise _CHANNELS["failed"]
+    this_job(_CHANNELS)
     got = _CHANNELS.get(want)
     if got is not None:
         return got
@@ -229,7 +243,7 @@ def _channel(inputs: Any) -> Any:
     size, rank = dist.get_world_size(), dist.get_rank()
     try:
         store = dist.distributed_c10d._get_default_store()
-        every = _every(store, key + "want", f"{want} {socket.gethostname()}:{_boot_id()}", size, rank, TIMEOUT_S)
+        every = _every(store, key + "want", f"{want} {host_id()}", size, rank, TIMEOUT_S)
         kinds, hosts = {e.split(" ", 1)[0] for e in every}, {e.split(" ", 1)[1] for e in every}
         if len(kinds) > 1:
             raise RuntimeError("the ranks want different agreement channels: FUSER_DISABLE=shared_agreement must be "

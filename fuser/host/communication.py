@@ -321,6 +321,11 @@ def _block(n: int, d: int, what: str) -> int:
     return n // d
 
 
+def _scattered(x: torch.Tensor, axis: int, d: int, what: Any) -> tuple[int, ...]:
+    """The shape of one device's block of `x` reduce-scattered over `d` devices on `axis`."""
+    return (*x.shape[:axis], _block(x.shape[axis], d, what), *x.shape[axis + 1:])
+
+
 def _into(dest: Any, shape: tuple, like: torch.Tensor) -> torch.Tensor:
     """`dest` where a collective may write it directly (dense, of the shape and dtype it
     writes), else a new buffer."""
@@ -341,15 +346,12 @@ def _by_copy_engine(c: Communication, x: torch.Tensor, dest: Any, what: Any) -> 
     the stream that waits). None where it does not apply."""
     import torch.distributed as dist
 
+    got = copy_engine.receiver(x)  # (None at once where no buffer was made)
     a, d = c.out_axis, len(c.team)
-    if c.op not in _LOCAL or math.prod(x.shape[:a]) != 1 or list(c.team) != sorted(c.team):
-        return None
-    got = copy_engine.receiver(x)
-    if got is None:
+    if got is None or c.op not in _LOCAL or math.prod(x.shape[:a]) != 1 or list(c.team) != sorted(c.team):
         return None
     g, recv = got
-    shape = (*x.shape[:a], _block(x.shape[a], d, what), *x.shape[a + 1:])
-    out = _into(dest, shape, x)
+    out = _into(dest, _scattered(x, a, d, what), x)
     work = dist.all_to_all_single(recv.view(d, -1), x.view(d, -1), group=g, async_op=True)
     reduce = _LOCAL[c.op]
 
@@ -421,8 +423,8 @@ def start(c: Communication, x: torch.Tensor | None, dest: Any = None) -> Pending
             return got
         p = _slices(x, c.out_axis, gloo)
         if p:  # [*lead, n, *rest] -> [*lead, n / d, *rest], one reduce-scatter per leading slice
-            x, a = x.contiguous(), c.out_axis
-            out = _into(dest, (*x.shape[:a], _block(x.shape[a], d, what), *x.shape[a + 1:]), x)
+            x = x.contiguous()
+            out = _into(dest, _scattered(x, c.out_axis, d, what), x)
             opts = _c10d().ReduceScatterOptions()
             opts.reduceOp = getattr(dist.ReduceOp, _REDUCE[c.op])
             work = _per_slice(_pg(group).reduce_scatter_tensor_coalesced, out, x, p, opts)

@@ -93,20 +93,13 @@ def group() -> Any:
     """The zero-CTA process group of the whole world, made at the first call (every rank
     calls this at the same point of the same host program), or None where some rank
     cannot use copy-engine collectives. A setup that fails raises, now and at later calls."""
-    import socket
-
     import torch.distributed as dist
 
     from fuser.multidevice.communicator import NCCL_TIMEOUT_S, TIMEOUT_S
 
-    from .agreement import _boot_id, _every
+    from .agreement import _every, host_id, this_job
 
-    world = dist.distributed_c10d._get_default_group()
-    if _STATE.get("world") is not world:  # a new job: decide again
-        _STATE.clear()
-        _STATE["world"] = world
-    if "failed" in _STATE:
-        raise _STATE["failed"]
+    this_job(_STATE)
     if "group" in _STATE:
         return _STATE["group"]
     _MADE[0] += 1
@@ -114,7 +107,7 @@ def group() -> Any:
     try:
         reason = _local_reason()
         store = dist.distributed_c10d._get_default_store()
-        every = _every(store, f"fuser/copy_engine/{_MADE[0]}", f"{socket.gethostname()}:{_boot_id()} {reason}",
+        every = _every(store, f"fuser/copy_engine/{_MADE[0]}", f"{host_id()} {reason}",
                        size, rank, TIMEOUT_S)
         hosts = {e.split(" ", 1)[0] for e in every}
         got = None
@@ -161,6 +154,9 @@ def allocate(slot: int, shape: list[int], dtype: torch.dtype, device: torch.devi
         return got[0][:n].view(shape)
     if capturing:  # (a rendezvous cannot be captured)
         return None
+    from .communication import settle
+
+    settle()  # (the ranks agree on this call before a collective setup)
     g = group()
     if g is None:
         return None

@@ -327,7 +327,6 @@ class HostIrEvaluator:
             shape = [n * a // b for n, (a, b) in zip(shape, scale)]
         slot = self._symmetric.get(e.tv)
         if slot is not None and not e.zero_init:
-            settle()  # (the ranks agree on this call before the buffer's first, collective, setup)
             buf = copy_engine.allocate(slot, shape, e.tv.dtype.torch, self.device)
             if buf is not None:
                 env[e.tv] = buf
