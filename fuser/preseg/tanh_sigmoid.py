@@ -83,8 +83,9 @@ def match(e: Expr) -> tuple[UnaryOp, float] | None:
     return t, sign
 
 
-def _candidates(fusion: Fusion) -> list[BinaryOp]:
-    return [e for e in fusion.exprs() if match(e) is not None]
+def _candidates(fusion: Fusion) -> list[tuple[BinaryOp, UnaryOp, float]]:
+    """(the add, its tanh, the sign of 2z) of every 1 ± tanh(z) to rewrite."""
+    return [(e, *m) for e in fusion.exprs() if (m := match(e)) is not None]
 
 
 def applies(fusion: Fusion) -> bool:
@@ -96,12 +97,10 @@ def tanh_to_sigmoid(fusion: Fusion, original: dict[Val, Val] | None = None) -> i
     """Rewrite every 1 ± tanh(z) of `fusion` as 2 * sigmoid(±2z), in place; returns how
     many. The new tensors stand for no value of the defined fusion, so `original` learns
     nothing (the add's output, still written, keeps its entry)."""
-    n = 0
-    for e in _candidates(fusion):
-        t, sign = match(e)
+    found = _candidates(fusion)
+    for e, t, sign in found:
         _rewrite(fusion, e, t, sign)
-        n += 1
-    return n
+    return len(found)
 
 
 def _rewrite(fusion: Fusion, e: BinaryOp, t: UnaryOp, sign: float) -> None:
