@@ -14,6 +14,10 @@ _HEADERS = ('#include "fuser_runtime.cuh"\n', '#include "fuser_reduction.cuh"\n'
 def compile_all(sources: Iterable[str]) -> bytes:
     """The CUBIN of every kernel in `sources` (each a fd.cuda_code_for text, which may hold
     several kernels), compiled together for sm_90."""
+    return compile_cubin_nvcc(_unit(sources), arch="sm_90", headers=runtime_headers())
+
+
+def _unit(sources: Iterable[str]) -> str:
     units: list[str] = []
     for n, src in enumerate(sources):
         for k, one in enumerate(src.split(_HEADERS[0])[1:]):
@@ -21,4 +25,22 @@ def compile_all(sources: Iterable[str]) -> bytes:
                 one = one.replace(h, "")
             one = one.replace("typedef", "// typedef", 1) if units else one
             units.append(re.sub(r"\bfuser_(pointwise|reduction|inner_outer|transpose|scatter)\b", f"k{n}_{k}", one))
-    return compile_cubin_nvcc("".join(_HEADERS) + "\n".join(units), arch="sm_90", headers=runtime_headers())
+    return "".join(_HEADERS) + "\n".join(units)
+
+
+def ptx_of(source: str) -> str:
+    """The PTX nvcc makes of one fd.cuda_code_for text (one or more kernels) for sm_90:
+    what the compiler fused into FMAs shows there."""
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    from fuser.driver.nvrtc import BASE_OPTIONS, nvcc_path
+
+    with tempfile.TemporaryDirectory(prefix="fuser-ptx-") as tmp:
+        for name, text in runtime_headers().items():
+            Path(tmp, name).write_text(text)
+        Path(tmp, "k.cu").write_text(_unit([source]))
+        subprocess.run([nvcc_path(), "-ptx", "-arch=sm_90", *BASE_OPTIONS, "-I", tmp, "-o", "k.ptx", "k.cu"],
+                       cwd=tmp, check=True, capture_output=True)
+        return Path(tmp, "k.ptx").read_text()

@@ -31,6 +31,7 @@ from fuser.lower.kir import (
     WelfordMerge,
 )
 
+from .contraction import round_shared_products
 from .expr import INDEX_TYPE, expr, value_ctype
 from .ops import RANDOM_HEADER_NAME, RUNTIME_HEADER_NAME, ctype
 from .reductions import (block_allreduce, column_partials, grid_reduce, grid_sync, segment_partials, tile_reduce_y,
@@ -69,7 +70,7 @@ def kernel_source(kernel: Kernel) -> str:
         lines.append(f"  extern __shared__ __align__(16) unsigned char {DYNAMIC_SMEM}[];")
     if kernel.waits_for_prior_grids:
         lines.append("  fuser::wait_for_prior_grids();")
-    statements(kernel.body, lines, 1)
+    statements(round_shared_products(kernel.body), lines, 1)
     lines.append("}")
     return "\n".join(lines) + "\n"
 

@@ -456,6 +456,7 @@ _BINARY: dict[BinaryOpType, dict[str, str]] = {
     BinaryOpType.CeilDiv: {"if": "fuser::ceil_div({}, {})"},
 }
 _NEXTAFTER_NARROW = (DataType.Half, DataType.BFloat16)
+_ROUNDED_MUL = {DataType.Float: "__fmul_rn({}, {})", DataType.Double: "__dmul_rn({}, {})"}
 
 
 def _promote(a: DataType, b: DataType) -> DataType:
@@ -471,11 +472,12 @@ def _template(table: dict[str, str], kind: str) -> str | None:
 
 
 def emit_binary(op: BinaryOpType, a: str, b: str, a_dt: DataType, b_dt: DataType, out: DataType,
-                *, common: DataType | None = None) -> str:
+                *, common: DataType | None = None, rounded: bool = False) -> str:
     """`op(a, b)` as a `ctype(out)` expression. Arithmetic runs in `compute_dtype(out)`;
     comparisons and logical ops in `compute_dtype(common)`, where `common` is the operands'
     promoted type (`common_dtype` of the IR operands; default: `promote_types` of the widened
-    operand dtypes, right for two tensors); nextafter in `out` itself (half steps by a half ulp)."""
+    operand dtypes, right for two tensors); nextafter in `out` itself (half steps by a half ulp).
+    `rounded`: a float or double product as an intrinsic the compiler never fuses into an FMA."""
     for dt in (a_dt, b_dt, out):
         _check_dtype(dt, op.value)
     table = _BINARY.get(op)
@@ -493,6 +495,8 @@ def emit_binary(op: BinaryOpType, a: str, b: str, a_dt: DataType, b_dt: DataType
     template = _template(table, kind) if table is not None else None
     if op is BinaryOpType.Nextafter and c in _NEXTAFTER_NARROW:
         template = "fuser::nextafter({}, {})"
+    if rounded and op is BinaryOpType.Mul and c in _ROUNDED_MUL:
+        template = _ROUNDED_MUL[c]
     if template is None:
         raise NotImplementedError(
             f"{op.value}: not supported for operands {a_dt}, {b_dt} with a {out} result (computed in {c})"

@@ -166,7 +166,9 @@ class Unary(Expr):
 @dataclass(frozen=True)
 class Binary(Expr):
     """A Fusion IR binary op. `common`: the type comparisons and logical ops run in (the
-    operands' promoted type, which depends on which operands are tensors)."""
+    operands' promoted type, which depends on which operands are tensors). `rounded`: a
+    float product rounded on its own, which the compiler may not contract into a
+    consumer's add (see `fuser.codegen.contraction`)."""
 
     op: BinaryOpType
     lhs: Expr
@@ -175,6 +177,7 @@ class Binary(Expr):
     rhs_dtype: DataType
     out: DataType
     common: DataType | None = None
+    rounded: bool = False
 
 
 @dataclass(frozen=True)
