@@ -18,6 +18,7 @@ from fuser import DataType, FusionDefinition
 from fuser.runtime.info import runtime_info
 from fuser.scheduler import FusionAnalysis
 from fuser.scheduler import transpose as tr
+from fuser.scheduler import pointwise as pw
 
 from cuda_units import compile_all
 
@@ -708,9 +709,10 @@ def test_prepare_refuses_only_what_the_kernel_cannot_compute():
 
 def test_segments_judged_within_the_complete_fusion_get_their_kernels():
     """-x is forwarded: each segment recomputes it, but while the segmenter merges, it
-    is an output of the segment that makes it (others read it), and in the [44] layout. As
-    fusions of their own, neither segment has anything to stage; their kernels still lower
-    (with nothing staged) and are right."""
+    is an output of the segment that makes it (others read it), and in the [44] layout, so
+    the merges are judged transposes. As fusions of their own, neither segment has anything
+    to stage: the segmenter's last verdict, on the segments as they are, is pointwise.
+    A transpose kernel of each still lowers (with nothing staged) and is right."""
     from fuser.runtime.reference import run_reference
     from fuser.host.lower import example_args
 
@@ -723,10 +725,11 @@ def test_segments_judged_within_the_complete_fusion_get_their_kernels():
         fd.add_output(fd.ops.add(fd.ops.broadcast_in_dim(fd.ops.exp(t), shape=[4, 44, 45], broadcast_dims=[1]), cut))
     inputs = [rand(44)]
     seg = fd.segmented_fusion_for(inputs)
-    assert [str(g.scheduler) for g in seg.groups] == ["transpose", "transpose"]
+    assert [str(g.scheduler) for g in seg.groups] == ["pointwise", "pointwise"]
     for group in seg.groups:
         f = group.fusion()
-        assert tr.reject_reason(FusionAnalysis(f, runtime_info(f, example_args(seg, group, inputs))).whole())
+        sub = FusionAnalysis(f, runtime_info(f, example_args(seg, group, inputs))).whole()
+        assert tr.reject_reason(sub) and pw.reject_reason(sub) is None
         args = [rand(*a.shape) if isinstance(a, torch.Tensor) and a.device.type == "meta" else a
                 for a in example_args(seg, group, inputs)]
         got, k = simulate_kernel(f, args)

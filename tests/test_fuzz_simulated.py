@@ -393,6 +393,26 @@ def _lookup_in_a_cat_branch(fd, xs):
     fd.add_output(fd.ops.slice(t10, start_indices=[0, 0, 8], end_indices=[3, 3, 16]))
 
 
+def _remat_takes_the_reference_output(fd, xs):
+    """A resize segment (t10 = t8 - t9, a slice of t9, a view of t10) beside a reduction of
+    t10 (GPU fuzz seed 13013 case 171): rematerialisation let the reduction recompute t10,
+    so the resize segment lost t10 as an output, the only one from whose loop nest the slice
+    is written whole; judged with t10 among its outputs, it fell back at run time."""
+    t0 = fd.define_tensor(shape=[64, 1], contiguity=[None, True], dtype=DataType.Float, stride_order=[0, 1])
+    fd.define_tensor(shape=[-1, 127], contiguity=[None, True], dtype=DataType.Half)  # (unused: as found)
+    t2 = fd.ops.slice(t0, start_indices=[25, 0], end_indices=[26, 1])
+    t3 = fd.ops.sum(t2, dims=[0], keepdim=False)
+    t6 = fd.ops.add(fd.ops.abs(fd.ops.broadcast_in_dim(t3, shape=t2.shape(), broadcast_dims=[1])), 1.0)
+    t8 = fd.ops.pad(fd.ops.div(t2, t6), [3, 3], 1.5)
+    t9 = fd.ops.min(t8, dims=[-1], keepdim=True)
+    t10 = fd.ops.sub(t8, t9)
+    t11 = fd.ops.slice(t9, start_indices=[0, 0], end_indices=[1, 1])
+    t13 = fd.ops.reshape(fd.ops.reshape(t10, new_shape=[7]), new_shape=[1, 7])
+    fd.add_output(fd.ops.sum(t10, dims=[0, -1], keepdim=False))
+    fd.add_output(t11)
+    fd.add_output(t13)
+
+
 #: (name, build, inputs): the bug classes the simulated fuzz runs found, each fixed at its
 #: cause (a wrong index, an unwritten or misread element, a spurious error)
 FOUND = [
@@ -415,6 +435,8 @@ FOUND = [
     ("lookup_in_a_cat_branch", _lookup_in_a_cat_branch,
      lambda: [_rand(1, 3, 17)[:, :, 1::2].expand(4097, 3, 8), torch.tensor([4000], dtype=torch.int32).expand(3),
               _rand(8, 3, 3).permute(1, 2, 0)]),
+    ("remat_takes_the_reference_output", _remat_takes_the_reference_output,
+     lambda: [_rand(1, 64).permute(1, 0), _rand(1, 127).half().expand(64, 127)]),
 ]
 
 
@@ -426,6 +448,7 @@ def test_bugs_fuzzing_found_stay_fixed(name, build, inputs):
         build(fd, xs)
     report = ks.simulate_fusion(fd, xs)
     assert report.ok and report.simulated and not report.skipped, f"{name}\n{report}"
+    assert not report.count("not lowerable"), f"{name}: a segment falls back to the reference executor\n{report}"
 
 
 def _on(x: Any, device: str) -> Any:

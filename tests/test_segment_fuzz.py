@@ -42,7 +42,7 @@ from fuser import DataType, FusionDefinition
 from fuser.ir import TensorView
 from fuser.runtime.binding import bind_inputs
 from fuser.runtime.reference import ReferenceExecutor, run_reference
-from fuser.scheduler import FusionAnalysis, propose
+from fuser.scheduler import FusionAnalysis, propose, reject_reason
 from fuser.scheduler.analysis import SCALAR, expr_kind, is_segmenter_set
 from fuser.scheduler.types import REGISTRY_ORDER, SchedulerType
 from fuser.frontend.segmentation import segment
@@ -185,6 +185,13 @@ def check_structure(seg, *, custom: bool, forwarding: bool = True, remat: bool =
             assert g.scheduler is SchedulerType.none, f"group {gi}: {g.scheduler} under custom segmentation"
         else:
             assert g.scheduler in REGISTRY_ORDER, f"group {gi}: scheduler {g.scheduler!r}"
+            # what the segmenter judged is the segment the runtime prepares: its own outputs
+            # (GPU fuzz seed 13013 case 171: a producer lost to remat the output its resize
+            # kernel needed as reference, and fell back at run time)
+            if g.scheduler not in (SchedulerType.expr_eval, SchedulerType.no_op):
+                sub = FusionAnalysis(g.fusion()).whole()
+                why = reject_reason(sub, g.scheduler)
+                assert why is None, f"group {gi}: {g.scheduler.value} rejects the segment it became: {why}"
 
 
 def check_segment_sets(seg) -> None:

@@ -239,8 +239,8 @@ class FusionAnalysis:
             got = self._concrete[tv]
         return got
 
-    def sub(self, exprs: Iterable[int]) -> "SubFusion":
-        return SubFusion(self, exprs)
+    def sub(self, exprs: Iterable[int], outputs: set[TensorView] | None = None) -> "SubFusion":
+        return SubFusion(self, exprs, outputs)
 
     def whole(self) -> "SubFusion":
         return SubFusion(self, range(len(self.exprs)))
@@ -278,9 +278,11 @@ class Reduction:
 
 
 class SubFusion:
-    """A candidate segment: some of a FusionAnalysis's exprs, and what schedulers ask of them."""
+    """A candidate segment: some of a FusionAnalysis's exprs, and what schedulers ask of them.
+    Its outputs: what it makes that the fusion returns or another expr uses, or, where the
+    segmenter knows better (another segment recomputes some of those), `outputs`."""
 
-    def __init__(self, analysis: FusionAnalysis, exprs: Iterable[int]) -> None:
+    def __init__(self, analysis: FusionAnalysis, exprs: Iterable[int], outputs: set[TensorView] | None = None) -> None:
         self.a = analysis
         self.expr_ids: list[int] = sorted(set(exprs))
         self._expr_array = np.array(self.expr_ids, dtype=np.int64)
@@ -300,7 +302,8 @@ class SubFusion:
         members = self._members
         self.outputs: list[TensorView] = [
             v for v in produced
-            if v in analysis.outputs or any(k not in members for k in analysis.uses.get(v, ()))
+            if (v in outputs if outputs is not None else
+                v in analysis.outputs or any(k not in members for k in analysis.uses.get(v, ())))
         ]
         self.kinds: set[str] = {analysis.kinds[k] for k in self.expr_ids}
         self.has_indexing = any(isinstance(e, _INDEXING) for e in self.exprs)

@@ -22,6 +22,7 @@ import numpy as np
 
 from fuser._core import min_cut
 from fuser.ir import TensorView
+from fuser.scheduler import propose, reject_reason
 from fuser.scheduler.analysis import is_recomputable, is_segmenter_set
 
 if TYPE_CHECKING:
@@ -34,11 +35,37 @@ def rematerialize(seg: "_Segmenter", protos: list["_Proto"]) -> list["_Proto"]:
     while progress:
         progress = False
         for ci in range(len(protos)):
-            if _improve_consumer(seg, protos, ci):
-                protos = _prune(seg, protos)
+            before = [(p.owned.copy(), p.extra.copy(), p.scheduler) for p in protos]
+            written = dict(zip(map(id, protos), seg.group_outputs(protos)))
+            if not _improve_consumer(seg, protos, ci):
+                continue
+            pruned = _prune(seg, protos)
+            if _still_scheduled(seg, pruned, written):
+                protos = pruned
                 progress = True
                 break
+            for p, (owned, extra, st) in zip(protos, before):  # a producer lost what every scheduler needs
+                p.owned, p.extra, p.scheduler = owned, extra, st
     return protos
+
+
+def _still_scheduled(seg: "_Segmenter", protos: list["_Proto"], written: dict[int, set]) -> bool:
+    """Whether each group whose outputs changed (`written`: by id, before) is still taken
+    by a scheduler once the outputs nobody reads are gone (a resize segment needs an output
+    whose loop nest writes the others whole: the one dropped may be it); a group its own
+    scheduler no longer takes gets the first that does."""
+    if seg.custom is not None:
+        return True
+    for p, w in zip(protos, seg.group_outputs(protos)):
+        if written.get(id(p)) == w:
+            continue
+        sub = seg.exact_sub(p, w)
+        if reject_reason(sub, p.scheduler) is not None:
+            st = propose(sub)
+            if st is None:
+                return False
+            p.scheduler = st
+    return True
 
 
 def _reads(seg: "_Segmenter", ks: set[int]) -> list[TensorView]:

@@ -347,19 +347,29 @@ class _Segmenter:
                 stack.extend(side[d])
         return out
 
+    def group_outputs(self, protos: list[_Proto]) -> list[set[TensorView]]:
+        """What each group writes to memory: what it is home to that the fusion returns or
+        another group reads (not what another group recomputes for itself)."""
+        # a group never reads what it computes, so anything read is another group's output
+        read_anywhere = set().union(*(self.reads(p.all()) for p in protos))
+        return [{v for k in p.owned for v in self.a.exprs[k].outputs if v in self.a.outputs or v in read_anywhere}
+                for p in protos]
+
+    def exact_sub(self, p: _Proto, outputs: set[TensorView]) -> SubFusion:
+        """The segment `p` becomes, with the outputs `group_outputs` gives it."""
+        return self.a.sub(self.closure(p.all()), outputs)
+
     def _finalize(self, protos: list[_Proto]) -> SegmentedFusion:
         a = self.a
         fusion = self.fusion
-        full = [sorted(self.closure(p.all())) for p in protos]
         home: dict[Any, int] = {}
         for pi, p in enumerate(protos):
             for k in p.owned:
                 for v in a.exprs[k].outputs:
                     home[v] = pi
-        subs = [a.sub(ks) for ks in full]
+        written = self.group_outputs(protos)
+        subs = [self.exact_sub(p, w) for p, w in zip(protos, written)]
         reads: list[list[TensorView]] = [s.inputs for s in subs]
-        # a group never reads what it computes, so anything read is another group's output
-        read_anywhere: set[Any] = set().union(*reads) if reads else set()
         # order the groups: producer -> consumer through the tensors they pass
         n = len(protos)
         succ = [sorted({pi for v in reads[ci] for pi in [home.get(v)] if pi is not None and pi != ci}) for ci in range(n)]
@@ -379,16 +389,17 @@ class _Segmenter:
             if self.custom is not None:
                 st = SchedulerType.none
             else:
-                st = self._propose(p.all(), sub)
+                judged = a.sub(sub.expr_ids)  # what the verdicts saw: outputs another group recomputes too
+                st = self._propose(p.all(), judged)
+                if st is not None and set(judged.outputs) != written[pi] and reject_reason(sub, st) is not None:
+                    st = propose(sub)  # the scheduler needed an output the group no longer writes
                 if st is None and p.scheduler is SchedulerType.expr_eval and len(p.owned) == 1:
                     st = SchedulerType.expr_eval  # a lone op no kernel takes: ATen runs it
                 if st is None:
                     why = "; ".join(f"{k.value}: {v}" for k, v in explain(sub).items())
                     raise _Unschedulable(f"group of {len(sub.exprs)} exprs is unschedulable ({why})")
             owned_exprs = [a.exprs[k] for k in sorted(p.owned)]
-            produced_owned = {v for e in owned_exprs for v in e.outputs}
-            outputs = sorted((v for v in sub.produced if v in produced_owned and (v in a.outputs or v in read_anywhere)),
-                             key=lambda v: v.name)
+            outputs = sorted(written[pi], key=lambda v: v.name)
             tensor_inputs = sorted(sub.inputs, key=lambda v: v.name)
             inputs = tensor_inputs + scalar_inputs_used(fusion, sub.exprs, sub.tensors(), tensor_inputs)
             groups.append(SegmentedGroup(gi, sub.exprs, inputs, outputs, st, sub.expr_ids, owned_exprs, int(levels[pi])))
