@@ -7,7 +7,8 @@ reduce-scatter of the chunk before). NCCL 2.28 moves an all-to-all with the GPU'
 engines instead, using no SM, on a communicator made with the zero-CTA policy and on
 buffers in its symmetric windows. A reduce-scatter is then that all-to-all (block j of
 each rank's partial sums to rank j) plus a local sum of the d blocks received (the same
-GEMM took 197 µs beside it, the sum included, in a CUDA graph).
+GEMM took 224 µs beside it, the sum included; 197 µs in a CUDA graph, which the
+loops cannot use: see below).
 
 So a buffer a stage loop's reduce-scatters read their chunks from is allocated here, in
 symmetric memory, with a twin of the same size that receives the blocks; a chunk's blocks
@@ -15,15 +16,19 @@ land in the twin at the chunk's own offset (no two chunks in flight share bytes)
 evaluator asks for such buffers (`allocate`), and `communication.start` runs a
 reduce-scatter whose input lies in one through `receiver`.
 
-Opt-in (FUSER_ENABLE=copy_engine, set alike on every rank): on 2 H200s it pays where a
-chunk's matmul is long beside its reduce-scatter and costs where it is short. Row-parallel
-linear, 8192 tokens, 4096 outputs, GPU ms per call, copy engines / NCCL's kernel: K 16384
-in 2, 4, 8 chunks 0.903 / 0.927, 0.896 / 0.928, 0.893 / 0.980; K 4096 in 2, 4 chunks
-0.418 / 0.398, 0.423 / 0.375 (the all-to-all moves 16 MB in ~30 µs, NCCL's kernel reduces
-it in ~25 µs when it has the SMs; and the local sum waits for SMs the next matmul holds).
+Opt-in (FUSER_ENABLE=copy_engine, set alike on every rank). Row-parallel linear, 8192
+tokens, 4096 outputs, 2 H200s, GPU ms per call, copy engines / NCCL's kernel, both replayed
+from CUDA graphs: K 16384 in 2, 4, 8 chunks 0.903 / 0.927, 0.896 / 0.928, 0.893 / 0.980;
+K 4096 in 2, 4 chunks 0.418 / 0.398, 0.423 / 0.375 (the all-to-all moves 16 MB in ~30 µs,
+NCCL's kernel reduces it in ~25 µs when it has the SMs; and the local sum waits for SMs the
+next matmul holds). Those graphs could hang (see graphs.LoopGraphs.key): the path now runs
+without them, which costs host time (1.68 ms against 0.87 for NCCL's graphed loop, K 16384,
+4 chunks, in one run of an intermediate form of that change; not yet remeasured).
 Used only where every rank can: NCCL at least 2.28 with its zero-CTA policy, symmetric
 memory on NCCL's backend, and every rank on one host (the copy engines move data over
-NVLink between the GPUs of a host); the ranks decide that together once per job. The buffers live until a process group shuts down (freeing one
+NVLink between the GPUs of a host); the ranks decide that together once per job. With the
+option on, loops with reduce-scatters run plainly, never from a CUDA graph
+(graphs.LoopGraphs.key says why). The buffers live until a process group shuts down (freeing one
 deregisters it with every rank) or the process exits.
 """
 from __future__ import annotations

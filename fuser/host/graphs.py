@@ -35,8 +35,9 @@ from typing import Any, Callable, Sequence
 import torch
 
 from fuser.ir import GatherOp, IndexSelectOp, ScatterOp, Val
-from fuser.options import disabled
+from fuser.options import disabled, enabled
 
+from .copy_engine import NAME as COPY_ENGINE
 from .ir import Communication, Evaluate, ForLoop, HostExpr, HostUnit, PostOnStream, join_end
 
 #: graphs kept per loop (least recently used dropped first), and captures a loop may make
@@ -76,6 +77,7 @@ class LoopGraphs:
         #: run on the host and cannot be
         self.communications: tuple[Communication, ...] = tuple(
             b for b in exprs[0].body if isinstance(b, Communication) and b.communicates)
+        self.scatters = any(c.kind == "reduce_scatter" for c in self.communications)
         # a capture that fails after a collective was issued into it leaves NCCL's
         # communicator in error on this rank alone (the plain rerun and every later
         # collective then fail): a communicating loop is captured only when its work is
@@ -87,6 +89,12 @@ class LoopGraphs:
 
     def key(self, env: dict, raw: dict, value: Callable[[Val], Any]) -> tuple | None:
         """What fixes the loop's work at this call: None where it must run plainly."""
+        if self.scatters and enabled(COPY_ENGINE):
+            # copy-engine reduce-scatters run plainly: the loop's buffer is a symmetric one
+            # on a plain run but an ordinary one under capture (a rendezvous cannot be
+            # captured), so a rank replaying NCCL's reduce-scatter beside a rank running the
+            # all-to-all plainly hung both (2 x H200); each rank decides alone to replay
+            return None
         parts: list[Any] = []
         for v in self.reads:
             x = raw.get(v)
