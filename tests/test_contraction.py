@@ -1,7 +1,9 @@
-"""A float product that the kernel reads beside an add (a reduction, a store, a copy
-recomputed after a reduction) is printed as `__fmul_rn`, so nvcc cannot fuse it into an
-FMA in one place and round it in another: `t - max(t)` is exactly 0 at the maximum (GPU
-fuzz seed 12020 case 124 gave 2.2e-4). A product read by adds alone still contracts."""
+"""A float product that is read beside an add (a reduction, a store, a copy recomputed
+after a reduction, in the same kernel or in a later segment) is printed as `__fmul_rn`, so
+nvcc cannot fuse it into an FMA in one place and round it in another: `t - max(t)` is
+exactly 0 at the maximum (GPU fuzz seed 12020 case 124 gave 2.2e-4). A product read by
+adds alone still contracts. Kernel-level reads: fuser.codegen.contraction; readers in
+other segments: the preseg pass fuser.preseg.rounded_products."""
 from __future__ import annotations
 
 import re
@@ -10,6 +12,7 @@ import pytest
 import torch
 
 from fuser import DataType, FusionDefinition
+from fuser.frontend.cache import FusionCache
 from fuser.codegen import cuda as codegen_cuda
 from fuser.codegen.contraction import round_shared_products
 from fuser.ir.exprs import BinaryOpType
@@ -142,17 +145,79 @@ def test_products_read_another_way_are_rounded():
     assert _rounded([*body, GridReduce([item], Var("sem"), Var("flag"), 1, Var("w0"), True)]) == {"p", "q", "x"}
 
 
+#: [rows, columns] of `_shifted`: one persistent kernel; rows too long for one, a
+#: reduction and a pointwise segment that recomputes t
+SHIFTED_SHAPES = [(512, 1000), (8, 1 << 20)]
+
+
+def _shifted_code(shape) -> tuple[list[str], str]:
+    fd = _define(_shifted, F)
+    ins = [torch.empty(*shape, device="meta"), torch.empty(shape[1], device="meta")]
+    return [g.scheduler.value for g in fd.segmented_fusion_for(ins).groups], fd.cuda_code_for(ins)
+
+
+def test_a_product_a_later_segment_recomputes_is_rounded_there_too(monkeypatch):
+    """t = x * s feeds the reduction's segment and, recomputed, the pointwise segment's
+    subtract: judged on the whole fusion, every copy is rounded. The check can fail: with
+    the pass off, the pointwise kernel's copy is a plain product (fused by nvcc)."""
+    kinds, src = _shifted_code(SHIFTED_SHAPES[1])
+    assert kinds == ["reduction", "pointwise"]
+    kernels = src.split('extern "C"')[1:]
+    assert all(set(_products(k).values()) == {"rounded"} for k in kernels), [_products(k) for k in kernels]
+    monkeypatch.setenv("FUSER_DISABLE", "rounded_products")
+    FusionCache.reset()  # (the segmentation, with its marks, is cached with the definition)
+    try:
+        _, unmarked = _shifted_code(SHIFTED_SHAPES[1])
+    finally:
+        FusionCache.reset()  # (no later test may get the unmarked segmentation)
+    assert [set(_products(k).values()) for k in unmarked.split('extern "C"')[1:]] == [{"rounded"}, {"plain"}]
+
+
+def test_the_pass_marks_products_read_two_ways_only():
+    from fuser.preseg import rounded_products as rp
+
+    def marked(build) -> list[str]:
+        fd = _define(build)
+        rp.mark_rounded_products(fd.fusion)
+        return sorted(e.output.name for e in fd.fusion.exprs() if getattr(e, "rounded", False))
+
+    def build(fd):
+        x = fd.define_tensor(shape=[-1], contiguity=[True], dtype=DataType.Float)
+        h = fd.define_tensor(shape=[-1], contiguity=[True], dtype=DataType.Half)
+        one = fd.ops.mul(x, x)  # one reader: an add
+        fd.add_output(fd.ops.add(one, x))
+        adds = fd.ops.mul(x, 3.0)  # two adds of its type
+        fd.add_output(fd.ops.sub(fd.ops.add(adds, x), adds))
+        out = fd.ops.mul(x, 5.0)  # an output and an add
+        fd.add_output(out)
+        fd.add_output(fd.ops.add(out, 1.0))
+        red = fd.ops.mul(x, 7.0)  # a reduction and an add
+        fd.add_output(fd.ops.sum(red, dims=[0]))
+        fd.add_output(fd.ops.add(red, 2.0))
+        half = fd.ops.mul(h, h)  # a half product: rounded to half anyway
+        fd.add_output(half)
+        fd.add_output(fd.ops.add(half, h))
+        only = fd.ops.mul(x, 9.0)  # one reader, a reduction
+        fd.add_output(fd.ops.max(only, dims=[0]))
+
+    fd = _define(build)
+    products = [e for e in fd.fusion.exprs() if type(e).__name__ == "BinaryOp" and e.op_type is BinaryOpType.Mul]
+    names = [e.output.name for e in products]  # one, adds, out, red, half, only
+    assert marked(build) == sorted([names[2], names[3]])
+
+
 @pytest.mark.gpu
+@pytest.mark.parametrize("shape", SHIFTED_SHAPES, ids=["one_kernel", "two_segments"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_shifted_max_is_exactly_zero_on_the_gpu(dtype):
+def test_shifted_max_is_exactly_zero_on_the_gpu(dtype, shape):
     fd = _define(_shifted, DataType.Float if dtype is torch.float32 else DataType.Double)
     g = torch.Generator().manual_seed(7)
-    x = (torch.randn(512, 1000, generator=g, dtype=torch.float64) * 30).to(dtype).cuda()
-    s = (torch.rand(1000, generator=g, dtype=torch.float64) * 3 + 0.1).to(dtype).cuda()
+    x = (torch.randn(*shape, generator=g, dtype=torch.float64) * 30).to(dtype).cuda()
+    s = (torch.rand(shape[1], generator=g, dtype=torch.float64) * 3 + 0.1).to(dtype).cuda()
     (y,) = fd.execute([x, s])
-    assert fd._entry.last_runner.segment_runs()[0].kernel  # the generated kernel ran
+    assert all(r.kernel for r in fd.last_segments() if r.generates_kernel)  # the generated kernels ran
     eager = x * s - (x * s).amax(1, keepdim=True)
-    assert torch.equal(y.amax(1), torch.zeros(512, dtype=dtype, device="cuda"))
+    assert torch.equal(y.amax(1), torch.zeros(shape[0], dtype=dtype, device="cuda"))
     assert torch.equal(y, eager)
 
 

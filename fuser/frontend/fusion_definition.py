@@ -1002,7 +1002,7 @@ KNOWN_DISABLE_OPTIONS = frozenset({
     "id_model", "index_hoist", "kernel_reuse", "magic_zero", "matmul_expr_eval", "nvtx", "parallel_compile",
     "parallel_serde", "predicate_elimination", "python_inline_definitions", "resize_scheduler", "var_name_remapping",
     "welford_vectorization", "remat", "forwarding", "kernel_cache", "fold_input_broadcasts",
-    "tanh_to_sigmoid", "stream_graphs", "rank_agreement", "shared_agreement",
+    "tanh_to_sigmoid", "stream_graphs", "rank_agreement", "shared_agreement", "rounded_products",
 })
 
 

@@ -137,6 +137,9 @@ class BinaryOp(Expr):
     """out = op(lhs, rhs), broadcasting as the operands' domains say."""
 
     attr_names = ("op_type",)
+    #: a float product generated code must round on its own, never fuse into an add (set
+    #: by the preseg pass fuser.preseg.rounded_products; cloned with the expr)
+    rounded = False
 
 
 class TernaryOp(Expr):

@@ -43,7 +43,8 @@ def arith(e, out: Val, operand: Operand) -> Expr:
     if isinstance(e, BinaryOp):
         a, b = e.inputs
         # comparisons run in the type PyTorch compares in (a scalar does not widen a tensor)
-        return Binary(e.op_type, operand(a), operand(b), a.dtype, b.dtype, out.dtype, common_dtype(a, b))
+        return Binary(e.op_type, operand(a), operand(b), a.dtype, b.dtype, out.dtype, common_dtype(a, b),
+                      rounded=e.rounded)
     if isinstance(e, TernaryOp):
         a, b, c = e.inputs
         common = common_dtype(a, b) if e.op_type is TernaryOpType.Threshold else None
