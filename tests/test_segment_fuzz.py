@@ -631,3 +631,33 @@ def test_groups_remat_leaves_mergeable_are_merged():
     assert len(seg.groups) == 2, repr(seg)
     assert_same_results(fd.execute(inputs), run_reference(fd.fusion, inputs))
     assert_same_results(run_segmentation(seg, inputs, check_bytes=True), run_reference(fd.fusion, inputs))
+
+
+def test_remat_kept_where_every_group_takes_its_real_outputs(monkeypatch):
+    """pad, slice and two var_means: the merges judged one group with an output a later
+    group recomputes (no scheduler took it so), but with the outputs it really writes resize
+    takes it. The segmentation with rematerialisation stands (it was thrown away whole, and
+    the segmenter fell back to one without recomputation)."""
+    from fuser.segment import segmenter
+
+    def build(fd):
+        t2 = fd.define_tensor(shape=[-1], contiguity=[True], dtype=DataType.Half)
+        t3 = fd.ops.cast(t2, dtype=DataType.Float)
+        t5 = fd.ops.slice(fd.ops.pad(t3, [2, 2], 0.0), start_indices=[2], end_indices=[7])
+        _, m1 = fd.ops.var_mean(fd.ops.sub(t5, t3), dims=[0], correction=0, keepdim=False)
+        _, m2 = fd.ops.var_mean(t5, dims=[0], correction=0, keepdim=True)
+        fd.add_output(m2)
+        fd.add_output(m1)
+
+    attempts = []
+    finalize = segmenter._Segmenter._finalize
+
+    def spy(self, protos):
+        attempts.append(self.remat)
+        return finalize(self, protos)
+
+    monkeypatch.setattr(segmenter._Segmenter, "_finalize", spy)
+    fd = _define(build)
+    seg = fd.segmented_fusion_for([torch.randn(5).half()])
+    assert attempts == [True], attempts  # the first attempt, with rematerialisation, stands
+    check_structure(seg, custom=False)

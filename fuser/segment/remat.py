@@ -34,9 +34,10 @@ def rematerialize(seg: "_Segmenter", protos: list["_Proto"]) -> list["_Proto"]:
     progress = True
     while progress:
         progress = False
+        # (a failed try changes nothing and an undone one is restored: once per pass)
+        before = [(p.owned.copy(), p.extra.copy(), p.scheduler) for p in protos]
+        written = dict(zip(map(id, protos), seg.group_outputs(protos)))
         for ci in range(len(protos)):
-            before = [(p.owned.copy(), p.extra.copy(), p.scheduler) for p in protos]
-            written = dict(zip(map(id, protos), seg.group_outputs(protos)))
             if not _improve_consumer(seg, protos, ci):
                 continue
             pruned = _prune(seg, protos)
@@ -45,7 +46,7 @@ def rematerialize(seg: "_Segmenter", protos: list["_Proto"]) -> list["_Proto"]:
                 progress = True
                 break
             for p, (owned, extra, st) in zip(protos, before):  # a producer lost what every scheduler needs
-                p.owned, p.extra, p.scheduler = owned, extra, st
+                p.owned, p.extra, p.scheduler = owned.copy(), extra.copy(), st
     return protos
 
 

@@ -391,8 +391,8 @@ class _Segmenter:
             else:
                 judged = a.sub(sub.expr_ids)  # what the verdicts saw: outputs another group recomputes too
                 st = self._propose(p.all(), judged)
-                if st is not None and set(judged.outputs) != written[pi] and reject_reason(sub, st) is not None:
-                    st = propose(sub)  # the scheduler needed an output the group no longer writes
+                if set(judged.outputs) != written[pi] and (st is None or reject_reason(sub, st) is not None):
+                    st = propose(sub)  # judged with an output the group no longer writes
                 if st is None and p.scheduler is SchedulerType.expr_eval and len(p.owned) == 1:
                     st = SchedulerType.expr_eval  # a lone op no kernel takes: ATen runs it
                 if st is None:
