@@ -26,8 +26,8 @@ without them, which costs host time (1.68 ms against 0.87 for NCCL's graphed loo
 4 chunks, in one run of an intermediate form of that change; not yet remeasured).
 Used only where every rank can: NCCL at least 2.28 with its zero-CTA policy, symmetric
 memory on NCCL's backend, and every rank on one host (the copy engines move data over
-NVLink between the GPUs of a host); the ranks decide that together once per job. With the
-option on, loops with reduce-scatters run plainly, never from a CUDA graph
+NVLink between the GPUs of a host); the ranks decide that together once per job. Where the
+ranks use them, loops with reduce-scatters run plainly, never from a CUDA graph
 (graphs.LoopGraphs.key says why). The buffers live until a process group shuts down (freeing one
 deregisters it with every rank) or the process exits.
 """
@@ -195,6 +195,15 @@ def done(x: torch.Tensor) -> None:
             return
 
 
+def active() -> bool:
+    """Whether this job's copy-engine group is up (made, every rank able): stage loops'
+    reduce-scatters may then run on it. Decides nothing (`group` does, collectively)."""
+    from .agreement import this_job
+
+    this_job(_STATE)
+    return _STATE.get("group") is not None
+
+
 def receiver(x: torch.Tensor) -> tuple[Any, torch.Tensor] | None:
     """(the zero-CTA group, the view of the twin at `x`'s place) where `x` is a dense view
     inside a buffer `allocate` made; None otherwise."""
@@ -228,4 +237,4 @@ def release() -> None:
     _BUFFERS.clear()
 
 
-__all__ = ["NAME", "group", "allocate", "done", "receiver", "release", "shutting_down"]
+__all__ = ["NAME", "active", "group", "allocate", "done", "receiver", "release", "shutting_down"]

@@ -37,6 +37,7 @@ import torch
 from fuser.ir import GatherOp, IndexSelectOp, ScatterOp, Val
 from fuser.options import disabled, enabled
 
+from . import copy_engine
 from .copy_engine import NAME as COPY_ENGINE
 from .ir import Communication, Evaluate, ForLoop, HostExpr, HostUnit, PostOnStream, join_end
 
@@ -89,11 +90,10 @@ class LoopGraphs:
 
     def key(self, env: dict, raw: dict, value: Callable[[Val], Any]) -> tuple | None:
         """What fixes the loop's work at this call: None where it must run plainly."""
-        if self.scatters and enabled(COPY_ENGINE):
-            # copy-engine reduce-scatters run plainly: the loop's buffer is a symmetric one
-            # on a plain run but an ordinary one under capture (a rendezvous cannot be
-            # captured), so a rank replaying NCCL's reduce-scatter beside a rank running the
-            # all-to-all plainly hung both (2 x H200); each rank decides alone to replay
+        if self.scatters and enabled(COPY_ENGINE) and copy_engine.active():
+            # reduce-scatters that may run on the copy engines run plainly: each rank decides
+            # alone whether to replay, and one rank's graph beside another's plain run of the
+            # same loop took different collectives and hung both (2 x H200)
             return None
         parts: list[Any] = []
         for v in self.reads:

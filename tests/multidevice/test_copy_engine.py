@@ -209,7 +209,7 @@ def test_copy_engine_loops_run_plainly_after_nccl_graphs(comm, mesh, seed, engin
             call()
     (g,) = [e for _, e in fd._entry.last_runner._steps if isinstance(e, LoopGraphs)]
     captures, replays = g.captures, g.replays
-    assert not engines.ran
+    assert replays >= 1 and not engines.ran  # (the addresses repeat: NCCL's graph replays)
     for _ in range(4):
         call()
     assert (g.captures, g.replays) == (captures, replays) and engines.ran.count("reduce_scatter") == 4 * C
