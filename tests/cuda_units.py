@@ -28,7 +28,7 @@ def _unit(sources: Iterable[str]) -> str:
     return "".join(_HEADERS) + "\n".join(units)
 
 
-def ptx_of(source: str) -> str:
+def ptx_of(source: str, options: tuple[str, ...] = ()) -> str:
     """The PTX nvcc makes of one fd.cuda_code_for text (one or more kernels) for sm_90:
     what the compiler fused into FMAs shows there."""
     import subprocess
@@ -41,6 +41,6 @@ def ptx_of(source: str) -> str:
         for name, text in runtime_headers().items():
             Path(tmp, name).write_text(text)
         Path(tmp, "k.cu").write_text(_unit([source]))
-        subprocess.run([nvcc_path(), "-ptx", "-arch=sm_90", *BASE_OPTIONS, "-I", tmp, "-o", "k.ptx", "k.cu"],
+        subprocess.run([nvcc_path(), "-ptx", "-arch=sm_90", *BASE_OPTIONS, *options, "-I", tmp, "-o", "k.ptx", "k.cu"],
                        cwd=tmp, check=True, capture_output=True)
         return Path(tmp, "k.ptx").read_text()

@@ -230,3 +230,24 @@ def test_the_fuzz_case_matches_eager_exactly_on_the_gpu():
     t4 = t1.unsqueeze(0).expand(31, 31, 1).sum(0) + 1
     t9 = (t4 * t4.amin()).unsqueeze(0).amax(0, keepdim=True)
     assert torch.equal(got, t9 - t9.amax(2, keepdim=True))
+
+
+@pytest.mark.nvcc
+def test_fuser_disable_fma_compiles_without_contraction(monkeypatch):
+    """nvFuser's FUSER_DISABLE=fma: kernels compile with --fmad=false (every product and
+    sum rounded as eager's), under another kernel-cache key. GELU's one fused multiply-add
+    (a product read by one add) is gone from the PTX."""
+    from fuser.driver.kernel_cache import cache_key
+    from fuser.kernel.generated import compile_options
+
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1], contiguity=[True], dtype=DataType.Float)
+        fd.add_output(fd.ops.add(fd.ops.mul(x, 3.0), 1.0))
+    src = fd.cuda_code_for([torch.empty(1 << 12, device="meta")])
+    assert compile_options() == ()
+    assert "fma.rn.f32" in ptx_of(src, compile_options())
+    monkeypatch.setenv("FUSER_DISABLE", "fma")
+    assert compile_options() == ("--fmad=false",)
+    ptx = ptx_of(src, compile_options())
+    assert "fma.rn.f32" not in ptx and "mul.rn.f32" in ptx and "add.rn.f32" in ptx
+    assert cache_key(src, arch="sm_90", options=compile_options(), headers={}) != cache_key(src, arch="sm_90", headers={})

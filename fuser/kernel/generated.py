@@ -30,6 +30,13 @@ def clear_loaded() -> None:
     _loaded.clear()
 
 
+def compile_options() -> tuple[str, ...]:
+    """The compiler options the user's settings ask for: FUSER_DISABLE=fma (nvFuser's
+    option) compiles with no multiply-add contraction at all (`--fmad=false`), so every
+    product and sum is rounded as eager PyTorch rounds it."""
+    return ("--fmad=false",) if disabled("fma") else ()
+
+
 class GeneratedKernel:
     """One segment's generated kernel for one input signature: its source, launch shape
     and the plan that turns a call's tensors into the kernel's arguments."""
@@ -124,12 +131,13 @@ class GeneratedKernel:
         arch = device_arch(self.info.device)
 
         waits = self.kernel.waits_for_prior_grids and not disabled("pdl")
+        options = compile_options()
 
         def compile_and_load() -> CompiledKernel:
-            key = (self.source, arch, self.info.device, waits)
+            key = (self.source, arch, self.info.device, waits, options)
             got = _loaded.get(key)
             if got is None:
-                cubin = get_cubin(self.source, arch=arch, headers=runtime_headers())
+                cubin = get_cubin(self.source, arch=arch, options=options, headers=runtime_headers())
                 got = _loaded[key] = CompiledKernel(cubin, self.kernel.name, self.format, device=self.info.device,
                                                           dependent_launch=waits)
             return got
