@@ -17,10 +17,13 @@ from fuser.ir.dtype import DataType
 from fuser.ir.exprs import BinaryOpType
 from fuser.lower.kir import Assign, Binary, Decl, Element, Expr, Param, Stmt, Var
 
-__all__ = ["round_shared_products"]
+__all__ = ["FUSING", "PRODUCT_TYPES", "round_shared_products"]
 
-_FLOATS = (DataType.Float, DataType.Double)
-_ADDITIVE = (BinaryOpType.Add, BinaryOpType.Sub)
+#: the types whose products are printed as `*` or an `_rn` intrinsic (narrower floats are
+#: rounded to their type after each op anyway)
+PRODUCT_TYPES = (DataType.Float, DataType.Double)
+#: the ops nvcc fuses a product into
+FUSING = (BinaryOpType.Add, BinaryOpType.Sub)
 
 
 def round_shared_products(body: list[Stmt]) -> list[Stmt]:
@@ -36,7 +39,7 @@ def round_shared_products(body: list[Stmt]) -> list[Stmt]:
 
 
 def _is_product(e: Any) -> bool:
-    return isinstance(e, Binary) and e.op is BinaryOpType.Mul and e.out in _FLOATS and not e.rounded
+    return isinstance(e, Binary) and e.op is BinaryOpType.Mul and e.out in PRODUCT_TYPES and not e.rounded
 
 
 def _name(target: Any) -> str | None:
@@ -88,7 +91,7 @@ def _visit(x: Any, fusing: DataType | None, fused_only: dict[str, bool], product
         elif not isinstance(x.lhs, Var):
             _visit(x.lhs, None, fused_only, products)
         _visit(x.rhs, None, fused_only, products)
-    elif isinstance(x, Binary) and x.op in _ADDITIVE and x.out in _FLOATS:
+    elif isinstance(x, Binary) and x.op in FUSING and x.out in PRODUCT_TYPES:
         _visit(x.lhs, x.out if x.lhs_dtype is x.out else None, fused_only, products)
         _visit(x.rhs, x.out if x.rhs_dtype is x.out else None, fused_only, products)
     elif isinstance(x, Param) or not dataclasses.is_dataclass(x) or isinstance(x, type):
@@ -99,6 +102,8 @@ def _visit(x: Any, fusing: DataType | None, fused_only: dict[str, bool], product
 
 
 def _rewrite(body: list[Stmt], shared: set[str]) -> list[Stmt]:
+    """`body` with the products assigned to the variables `shared` marked `rounded` (by
+    statement: an equal product assigned elsewhere keeps its own verdict)."""
     def stmt(s: Any) -> Any:
         if isinstance(s, Assign) and _is_product(s.rhs) and _name(s.lhs) in shared:
             return dataclasses.replace(s, rhs=dataclasses.replace(s.rhs, rounded=True))

@@ -13,13 +13,11 @@ product with one reader is used one way wherever it is computed.
 """
 from __future__ import annotations
 
-from fuser.ir import BinaryOp, BinaryOpType, DataType, Fusion, TensorView, Val
+from fuser.codegen.contraction import FUSING, PRODUCT_TYPES
+from fuser.ir import BinaryOp, BinaryOpType, Fusion, TensorView, Val
 
 #: the pass's FUSER_DISABLE name
 NAME = "rounded_products"
-
-_FLOATS = (DataType.Float, DataType.Double)
-_ADDITIVE = (BinaryOpType.Add, BinaryOpType.Sub)
 
 
 def _candidates(fusion: Fusion) -> list[BinaryOp]:
@@ -29,11 +27,11 @@ def _candidates(fusion: Fusion) -> list[BinaryOp]:
         if not (isinstance(e, BinaryOp) and e.op_type is BinaryOpType.Mul and not e.rounded):
             continue
         v = e.output
-        if not isinstance(v, TensorView) or v.dtype not in _FLOATS:
+        if not isinstance(v, TensorView) or v.dtype not in PRODUCT_TYPES:
             continue
         readers = len(v.uses) + (v in outputs)
         fused_only = v not in outputs and all(
-            isinstance(u, BinaryOp) and u.op_type in _ADDITIVE and u.output.dtype is v.dtype for u in v.uses)
+            isinstance(u, BinaryOp) and u.op_type in FUSING and u.output.dtype is v.dtype for u in v.uses)
         if readers >= 2 and not fused_only:
             found.append(e)
     return found
