@@ -196,10 +196,13 @@ def done(x: torch.Tensor) -> None:
 
 
 def active() -> bool:
-    """Whether this job's copy-engine group is up (made, every rank able): stage loops'
-    reduce-scatters may then run on it. Decides nothing (`group` does, collectively)."""
+    """Whether stage loops' reduce-scatters may run on the copy engines now: the option on
+    and this job's group up (made, every rank able). Decides nothing (`group` does,
+    collectively)."""
     from .agreement import this_job
 
+    if not enabled(NAME):
+        return False
     this_job(_STATE)
     return _STATE.get("group") is not None
 

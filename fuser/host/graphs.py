@@ -35,10 +35,9 @@ from typing import Any, Callable, Sequence
 import torch
 
 from fuser.ir import GatherOp, IndexSelectOp, ScatterOp, Val
-from fuser.options import disabled, enabled
+from fuser.options import disabled
 
 from . import copy_engine
-from .copy_engine import NAME as COPY_ENGINE
 from .ir import Communication, Evaluate, ForLoop, HostExpr, HostUnit, PostOnStream, join_end
 
 #: graphs kept per loop (least recently used dropped first), and captures a loop may make
@@ -90,7 +89,7 @@ class LoopGraphs:
 
     def key(self, env: dict, raw: dict, value: Callable[[Val], Any]) -> tuple | None:
         """What fixes the loop's work at this call: None where it must run plainly."""
-        if self.scatters and enabled(COPY_ENGINE) and copy_engine.active():
+        if self.scatters and copy_engine.active():
             # reduce-scatters that may run on the copy engines run plainly: each rank decides
             # alone whether to replay, and one rank's graph beside another's plain run of the
             # same loop took different collectives and hung both (2 x H200)
@@ -225,10 +224,8 @@ def guard_shutdown() -> None:
     shutdown = ProcessGroup.shutdown
 
     def released_first(self: Any, *args: Any, **kwargs: Any) -> Any:
-        from .copy_engine import shutting_down
-
         release_communicating()
-        shutting_down(self)  # (the copy-engine buffers, after the graphs that hold them)
+        copy_engine.shutting_down(self)  # (the copy-engine buffers, after the graphs that hold them)
         return shutdown(self, *args, **kwargs)
 
     released_first.__wrapped__ = shutdown  # type: ignore[attr-defined]
@@ -240,10 +237,8 @@ def guard_shutdown() -> None:
 
 def _release_all() -> None:
     """At exit: the graphs that hold collectives, then the copy-engine buffers."""
-    from .copy_engine import release
-
     release_communicating()
-    release()
+    copy_engine.release()
 
 
 def _join(side: Any, workers: Sequence[Any]) -> None:

@@ -53,6 +53,8 @@ from dataclasses import dataclass  # noqa: E402
 
 from fuser.ir import Fusion, ParallelType, TensorView  # noqa: E402
 
+from .issue import UNROLL_ABOVE, issue_share  # noqa: E402
+
 #: threads per block for small iteration spaces (more blocks to spread over the SMs)
 THREADS = 128
 #: threads per block once there are several waves of blocks
@@ -169,8 +171,6 @@ def unroll(sub: SubFusion, vectorizable: list[TensorView], total: int, width: in
     """Vectors per thread: 2 where the segment's arithmetic takes most of the issue slots
     the device's memory speed leaves per element (issue.py), and the grid still has
     several waves of blocks; else 1 (an H100 ran simple ops 1-4% slower per step above 1)."""
-    from .issue import UNROLL_ABOVE, issue_share
-
     limits = sub.a.info.device_limits
     if total // max(width * threads * 2, 1) < 4 * limits.sm_count:
         return 1
