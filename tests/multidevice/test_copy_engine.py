@@ -128,8 +128,10 @@ def _calls(comm, mesh, C=3):
 
 
 def test_plain_on_fresh_values_and_another_stream(comm, mesh, seed, engines, fixed_addresses):
-    from fuser.host.graphs import LoopGraphs
+    from fuser.host.graphs import LoopGraphs, release_communicating
 
+    release_communicating()  # (a buffer grown for this call would drop the graph and its counts)
+    engines.module.release()
     C = 3
     fd, call = _calls(comm, mesh, C)
     for _ in range(4):
@@ -200,8 +202,10 @@ def test_copy_engine_loops_run_plainly_after_nccl_graphs(comm, mesh, seed, engin
     so its graph holds NCCL's kernel; each rank decides alone whether to replay, and one
     rank replaying that kernel beside another running the all-to-all plainly hung both
     (the tensor-parallel bench, 2 x H200). The check fails where the NCCL graph replays."""
-    from fuser.host.graphs import LoopGraphs
+    from fuser.host.graphs import LoopGraphs, release_communicating
 
+    release_communicating()  # (a buffer grown for this call would drop the graph and its counts)
+    engines.module.release()
     C = 3
     fd, call = _calls(comm, mesh, C)
     with _off():
