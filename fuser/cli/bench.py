@@ -470,8 +470,12 @@ def _run_cuda(fusions: Sequence[F.BenchFusion], *, quick: bool, plot: str | None
     rows: list[_Row] = []
     for f in fusions:
         for shape in (f.quick_shapes if quick else f.shapes):
-            print(f"  {f.name} {list(shape)} ...", file=sys.stderr, flush=True)
-            rows.append(_bench_row(f, shape, iters=iters, repeats=repeats, latency_calls=latency_calls, l2=l2))
+            print(f"  {f.name} {list(shape)} ...", end="", file=sys.stderr, flush=True)
+            r = _bench_row(f, shape, iters=iters, repeats=repeats, latency_calls=latency_calls, l2=l2)
+            rows.append(r)
+            # (each row as it ends: a run cut short by a time limit still tells what it measured)
+            print(" " + "  ".join(f"{i} {_fmt_time(r.times.get(i))} {us} ({_pct(r.nbytes, r.times.get(i), bw, f.kind)}%)"
+                                  for i in _IMPLS) + f"  {r.check}", file=sys.stderr, flush=True)
 
     print()
     print(_table(rows, bw))
