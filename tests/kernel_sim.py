@@ -1061,7 +1061,7 @@ def launch_shape(k, resident: int | None = None) -> Launch:
     """The grid `k` (a GeneratedKernel) runs with: as planned, or for a grid-strided kernel
     with at most `resident` blocks, balanced as `GeneratedKernel.load` balances them."""
     grid = k.grid
-    if k.kernel.grid_sync and k.kernel.grid_strided and resident and grid[0] > 0:
+    if k.kernel.grid_strided and resident and grid[0] > 0:
         rounds = -(-grid[0] // resident)
         grid = (-(-grid[0] // rounds), 1, 1)
     return Launch(grid, k.block, grid[0] * grid[1] * k.block[0] * k.block[1])

@@ -1,4 +1,5 @@
 """`python -m fuser bench` and the benchmark fusions it shares with asv, on CPU."""
+import importlib
 import math
 import os
 import subprocess
@@ -432,10 +433,27 @@ def test_sweeps_set_each_value_and_restore_the_constant():
     assert lines[2].split()[:3] == ["16384x4096", "11.0", "<"]  # the fastest marked
     assert lines[2].split()[-1] == "n/a"
     for sw in S.SWEEPS:  # every sweep names a real constant and fusion
-        assert isinstance(sw.current, int)
+        assert isinstance(sw.current, (int, str))
+        for module, constant, value in sw.fixed:
+            assert type(getattr(importlib.import_module(module), constant)) is type(value)
         by_name(sw.fusion)
     with pytest.raises(KeyError, match="no sweep 'nope'"):
         S.by_name("nope")
+
+
+def test_a_sweeps_fixed_setting_holds_through_it_and_is_restored():
+    from fuser.benchmarks import sweeps as S
+    from fuser.lower import row_loop
+    from fuser.scheduler import normalization
+
+    sw = S.by_name("row_loop_loads_rmsnorm_fwd_bf16")
+    loop, loads = normalization.PERSISTENT_ROW_LOOP, row_loop.ROW_LOOP_LOADS
+    seen = []
+    rows = S.run(sw, lambda f, shape: seen.append((normalization.PERSISTENT_ROW_LOOP, row_loop.ROW_LOOP_LOADS)) or 1.0,
+                 lambda: None)
+    assert seen == [("always", v) for _ in sw.shapes for v in sw.settings]
+    assert (normalization.PERSISTENT_ROW_LOOP, row_loop.ROW_LOOP_LOADS) == (loop, loads)
+    assert "PERSISTENT_ROW_LOOP='always'" in S.table(sw, rows, "Fake GPU").splitlines()[0]
 
 
 def test_overlap_table_reports_wall_time_against_the_parts():

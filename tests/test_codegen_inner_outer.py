@@ -204,20 +204,20 @@ def test_narrow_rows_are_staged_through_dynamic_shared_memory(monkeypatch):
     assert compile_all([src, big])[:4] == b"\x7fELF"
     # fp32 rows (loaded ahead into registers instead), and stages past the budget, are not
     assert "cp_async" not in _code("layer", 16384, 1024, torch.float32)
-    import fuser.lower.inner_outer as io
+    import fuser.lower.row_loop as rl
 
-    monkeypatch.setattr(io, "STAGE_MAX_BYTES", 64 * 1024)  # as many inputs as fit
+    monkeypatch.setattr(rl, "STAGE_MAX_BYTES", 64 * 1024)  # as many inputs as fit
     src = _code("layer", 16384, 4096, torch.bfloat16)
     assert "stage_r0" in src and "stage_r1" not in src
-    monkeypatch.setattr(io, "STAGE_MAX_BYTES", 32 * 1024)
+    monkeypatch.setattr(rl, "STAGE_MAX_BYTES", 32 * 1024)
     src = _code("layer", 16384, 4096, torch.bfloat16)
     assert "cp_async" not in src and "fuser_dynamic_smem" not in src
 
 def test_rows_left_out_of_the_stages_are_loaded_once_and_kept_in_registers(monkeypatch):
-    import fuser.lower.inner_outer as io
+    import fuser.lower.row_loop as rl
 
     # room for one of the two bf16 rows' stages only
-    monkeypatch.setattr(io, "STAGE_MAX_BYTES", 64 * 1024)
+    monkeypatch.setattr(rl, "STAGE_MAX_BYTES", 64 * 1024)
     src = _code("layer", 16384, 4096, torch.bfloat16)
     assert "stage_r0" in src and "stage_r1" not in src
     # the staged row is read from shared memory in each pass, the other loaded from global

@@ -18,7 +18,8 @@ import torch
 @dataclass(frozen=True)
 class Sweep:
     """One threshold: `module.constant` set to each of `settings` (`current` is the
-    shipped value) while `fusion` runs at each of `shapes`."""
+    shipped value) while `fusion` runs at each of `shapes`; `fixed`: (module, constant,
+    value) set for the whole sweep (a choice that only matters under another one)."""
 
     name: str
     module: str
@@ -27,11 +28,15 @@ class Sweep:
     fusion: str
     shapes: tuple[tuple[int, ...], ...]
     about: str
+    fixed: tuple[tuple[str, str, Any], ...] = ()
 
     @property
     def current(self) -> Any:
         return getattr(importlib.import_module(self.module), self.constant)
 
+
+#: row lengths around the persistent kernels' thresholds, from one row per block to many
+NORM_SHAPES = ((16384, 4096), (8192, 8192), (2048, 16384), (16384, 1024), (65536, 1024))
 
 SWEEPS: tuple[Sweep, ...] = (
     Sweep("welford_persistent_max", "fuser.scheduler.reduction", "WELFORD_PERSISTENT_MAX", (0, 1 << 30),
@@ -53,6 +58,16 @@ SWEEPS: tuple[Sweep, ...] = (
     Sweep("few_rows_elements", "fuser.scheduler.reduction", "FEW_ROWS_ELEMENTS", (4, 8, 16, 32),
           "softmax_fwd_bf16", ((32, 1000), (64, 1000), (128, 1000), (132, 2048), (64, 4096), (128, 8192)),
           "elements of its row a thread holds where rows are too few to give every SM a block"),
+    *(Sweep(f"persistent_row_loop_{f}", "fuser.scheduler.normalization", "PERSISTENT_ROW_LOOP",
+            ("never", "weights", "always"), f, NORM_SHAPES,
+            "inner-persistent blocks take rows in turn (a grid of resident blocks): never, where a weight "
+            "spans the columns only, always")
+      for f in ("rmsnorm_fwd_bf16", "layernorm_fwd_bf16", "softmax_fwd_bf16", "layernorm_fwd_fp32")),
+    *(Sweep(f"row_loop_loads_{f}", "fuser.lower.row_loop", "ROW_LOOP_LOADS", ("direct", "registers", "staged"),
+            f, NORM_SHAPES, "how a row loop loads each group of rows: in its pass, a group ahead into "
+            "registers, a group ahead into shared memory (cp.async)",
+            fixed=(("fuser.scheduler.normalization", "PERSISTENT_ROW_LOOP", "always"),))
+      for f in ("rmsnorm_fwd_bf16", "layernorm_fwd_bf16")),
 )
 
 _BY_NAME = {s.name: s for s in SWEEPS}
@@ -75,9 +90,13 @@ def run(sweep: Sweep, time_one: Callable[[Any, tuple[int, ...]], float | None],
 
     mod = importlib.import_module(sweep.module)
     shipped = getattr(mod, sweep.constant)
+    fixed = [(importlib.import_module(m), c, v) for m, c, v in sweep.fixed]
+    kept = [(m, c, getattr(m, c)) for m, c, _ in fixed]
     f = fusion(sweep.fusion)
     rows = []
     try:
+        for m, c, v in fixed:
+            setattr(m, c, v)
         for shape in sweep.shapes:
             got: dict[Any, float | None] = {}
             for value in sweep.settings:
@@ -87,6 +106,8 @@ def run(sweep: Sweep, time_one: Callable[[Any, tuple[int, ...]], float | None],
             rows.append((shape, got))
     finally:
         setattr(mod, sweep.constant, shipped)
+        for m, c, v in kept:
+            setattr(m, c, v)
         reset()
     return rows
 
@@ -101,7 +122,8 @@ def table(sweep: Sweep, rows: Sequence[tuple[tuple[int, ...], dict[Any, float | 
         body.append(["x".join(map(str, shape))] + [
             "n/a" if got[v] is None else f"{got[v]:.1f}" + (" <" if v == best else "") for v in sweep.settings])
     widths = [max(len(r[c]) for r in [head, *body]) for c in range(len(head))]
-    lines = [f"sweep {sweep.name} on {device}: {sweep.fusion}, µs per call; {sweep.about}"]
+    fixed = "".join(f"; {c}={v!r}" for _, c, v in sweep.fixed)
+    lines = [f"sweep {sweep.name} on {device}: {sweep.fusion}, µs per call; {sweep.about}{fixed}"]
     lines += ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in [head, *body]]
     return "\n".join(lines)
 

@@ -149,8 +149,9 @@ class GeneratedKernel:
             self.kernel = dataclasses.replace(self.kernel, min_blocks=0)
             self.source = kernel_source(self.kernel)
             compiled = compile_and_load()
-        if self.kernel.grid_sync and self.grid[0] > 0:
-            # every block must be resident at once for the grid barrier
+        if (self.kernel.grid_sync or self.kernel.grid_strided) and self.grid[0] > 0:
+            # every block must be resident at once for the grid barrier; a grid-strided
+            # kernel's blocks stride over the work, as many as the GPU holds at once
             threads = self.block[0] * self.block[1]
             resident = compiled.max_active_blocks(threads, self.kernel.dynamic_smem) * self.info.device_limits.sm_count
             if self.kernel.grid_strided and resident >= 1:
@@ -158,7 +159,7 @@ class GeneratedKernel:
                 # with a few blocks busy would cost a whole round)
                 rounds = -(-self.grid[0] // resident)
                 self.grid = (-(-self.grid[0] // rounds), 1, 1)
-            elif self.grid[0] * self.grid[1] > resident:
+            elif self.kernel.grid_sync and self.grid[0] * self.grid[1] > resident:
                 raise NotLowerable(f"kernel {self.kernel.name} synchronises {self.grid[0] * self.grid[1]} blocks of "
                                    f"{threads} threads, but the GPU holds {resident} at once")
         if self.compiled is None:

@@ -124,6 +124,7 @@ def prepare_reduction(fusion: Fusion, args: Sequence[Any], device: torch.device 
     `outer` too, an outer-persistent) segment for the call whose inputs are `args` on
     `device`; raises NotLowerable for what these kernels do not cover."""
     from fuser.lower.reduction import lower_reduction
+    from fuser.lower.row_loop import lower_row_loop
     from fuser.scheduler import normalization
     from fuser.scheduler import reduction as red
 
@@ -155,8 +156,9 @@ def prepare_reduction(fusion: Fusion, args: Sequence[Any], device: torch.device 
         except ValueError as err:
             raise NotLowerable(str(err)) from None
     red.schedule(fusion, geo)
-    kernel = lower_reduction(fusion, geo.ref, params, frozenset(vec) if width > 1 else frozenset(), sub,
-                             reds[0].red_classes, vector_class=_axis_class(sub, geo.vector_axis))
+    lower = lower_row_loop if params.row_loop else lower_reduction
+    kernel = lower(fusion, geo.ref, params, frozenset(vec) if width > 1 else frozenset(), sub,
+                   reds[0].red_classes, vector_class=_axis_class(sub, geo.vector_axis))
     per_block = params.bdy if params.inner else params.bdx * params.vectorize
     grid = (-(-geo.n_iter // per_block), params.grid_y)
     return _launch_plan(fusion, kernel, params, info, args, grid, (params.bdx, params.bdy))

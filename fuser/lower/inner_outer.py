@@ -13,66 +13,48 @@ every input, deterministic results.
 """
 from __future__ import annotations
 
-import dataclasses
 
 from fuser.ir import DataType, Fusion, ParallelType, ReductionOp, TensorView, WelfordOp
 from fuser.scheduler.analysis import SubFusion
 from fuser.scheduler.reduction import ReductionParams
-from fuser.scheduler.runtime_info import DeviceLimits
 
 from . import kir
 from .errors import NotLowerable
 from .kir import (Assign, BlockAllReduce, Cast, ColumnPartials, Decl, Element, For, GridSync, If, IndexCast, IntLit,
                   Kernel, TileReduceY, Var, eq, lt)
-from .reduction import _INDEX_DTYPE, ReductionLowering, _tid
+from .reduction import _INDEX_DTYPE, _tid
+from .row_loop import RowLoopLowering
 from .values import scalar as scalar_value
 from .values import tensor_value
 
-#: load each group of rows one iteration ahead (see InnerOuterLowering._prefetched), in
+#: load each group of rows one iteration ahead (see RowLoopLowering._prefetched), in
 #: blocks of up to 512 threads (1024 threads would need more than their 64 registers) and
 #: for rows of 4-byte values: on an H100, RMSNorm / LayerNorm backward fp32 [16384, 4096]
 #: ran at 94% of copy ahead against 88-91% without, but bf16 at 45-68% against 64-76%
 PREFETCH_ROWS = True
 #: rows copied one iteration ahead into shared memory (cp.async, see
-#: InnerOuterLowering._staged): "narrow" (rows of values narrower than 4 bytes), "all" or
-#: "none"; and the dynamic shared memory the stages may take at most (the device's
-#: per-block limit permitting). On an H100, bf16 [16384, 4096] with 128 x 4 threads:
+#: RowLoopLowering._staged): "narrow" (rows of values narrower than 4 bytes), "all" or
+#: "none". On an H100, bf16 [16384, 4096] with 128 x 4 threads:
 #: LayerNorm backward 174 us staged against 186 us, RMSNorm backward 148.7 against
 #: 150-152 us; [8192, 8192] LayerNorm 189 against 202 us, RMSNorm 155 either way; fp32
 #: rows, which load ahead into registers instead (PREFETCH_ROWS), 292-299 us either way.
 #: (Those were measured before REREAD_STAGED and _partials' combine through the stages.)
 STAGE_ROWS = "narrow"
-STAGE_MAX_BYTES = 128 * 1024
-#: shared memory left beside the stages for the block reductions' static scratch
-STATIC_SMEM_RESERVE = 16 * 1024
-#: read the staged rows from shared memory in every pass over them, a vector just before
-#: its use, instead of holding whole rows in registers across the block reductions. On an
-#: H100, bf16 [16384, 4096] (with the partials combined through the stages, see
-#: _partials): LayerNorm backward 162.5 -> 150.6 us (no more spills), RMSNorm backward
-#: 149.1 -> 145.1 us (123 -> 85 registers). Reading back whole rows after the reductions
-#: instead measured slower (286-1466 us: the compiler spills).
-REREAD_STAGED = True
-#: groups of rows in shared memory at once: the current one and STAGES - 1 in flight
-#: (three or four stages measured no faster than two above)
-STAGES = 2
 
-class InnerOuterLowering(ReductionLowering):
+
+class InnerOuterLowering(RowLoopLowering):
     """Builds the kernel IR of one scheduled inner-outer persistent fusion."""
 
     def __init__(self, fusion: Fusion, ref: TensorView, params: ReductionParams, vector_tensors: frozenset[TensorView],
                  sub: SubFusion, red_classes: frozenset[int], n_cols: int, name: str,
                  vector_class: int | None = None, segments: dict[frozenset[int], tuple[int, int]] | None = None) -> None:
         super().__init__(fusion, ref, params, vector_tensors, sub, red_classes, name, vector_class)
-        if not params.persistent or not params.inner or params.grid_y != 1:
-            raise NotLowerable(f"an inner-outer kernel is persistent over rows, one block row per row, not {params}")
         if self._steps:  # (normalization.inner_outer_reason refuses these)
             raise NotLowerable("a reshape derives axes the reference lacks (the column phase indexes by its axes)")
         red_of = {r.expr: r for r in sub.reductions()}
         self.outer = [e for e in self.exprs if e in red_of and red_of[e].red_classes != red_classes]
         if not self.outer:
             raise NotLowerable("no outer reduction")
-        #: the rows' axes: those the inner reductions keep
-        self._row_classes = next(r for r in sub.reductions() if r.red_classes == red_classes).iter_classes
         #: the outer reductions by the row axes they reduce: all of them, or (row segments)
         #: the inner ones of them, per index of the others
         self._groups: dict[frozenset[int], list] = {}
@@ -108,8 +90,8 @@ class InnerOuterLowering(ReductionLowering):
         #: bytes of dynamic shared memory the row stages take
         self._dynamic_smem = 0
 
-    def _row_base(self) -> kir.Expr:
-        return Var("row")
+    def _loads_ahead(self, narrow: bool) -> tuple[bool, bool]:
+        return STAGE_ROWS == "all" or (STAGE_ROWS == "narrow" and narrow), PREFETCH_ROWS and not narrow
 
     def _needed(self, k: int, reds: list) -> list:
         return super()._needed(k, reds + self._outer_at(k))
@@ -154,11 +136,6 @@ class InnerOuterLowering(ReductionLowering):
         def group_of(k: kir.Expr) -> kir.Expr:
             return _tid(ParallelType.BIDx) * rounds + k if segmented else k * blocks + _tid(ParallelType.BIDx)
 
-        def row_of(k: kir.Expr) -> kir.Expr:
-            return group_of(k) * self.p.bdy + _tid(ParallelType.TIDy)
-
-        before_loop, rows = self._prefetched(rows, row_of)
-        self.body.extend(before_loop)
         flushes = []
         if segmented:
             # the segments the previous group of rows ended
@@ -169,12 +146,7 @@ class InnerOuterLowering(ReductionLowering):
                     ended = kir.all_of([lt(IntLit(0), it), lt(first, self.n_rows),
                                         kir.Not(eq(first // seg, (first - self.p.bdy) // seg))])
                     flushes.append(If(ended, [kir.Sync(), *self._flush(key, (first - self.p.bdy) // seg)]))
-        rows = [Decl("row", None, None, row_of(it)), *flushes, *self._alternate_scratch(rows, it)]
-        self.body.append(For(it, rounds, rows))
-        if any(isinstance(x, kir.CpAsync) for x in _walk(rows)):
-            # the copies of the rows after the last (none, or another block's) have landed:
-            # none may write the shared memory of a block that has exited
-            self.body.append(kir.CpAsyncWait(0))
+        self._row_loop(rows, rounds, group_of, tuple(flushes))
         self.body.append(kir.Sync())  # the rows' last block reduction has read its scratch
         if segmented:
             # the segment the block's last group of rows is in
@@ -285,199 +257,6 @@ class InnerOuterLowering(ReductionLowering):
         body = [Decl(q.name, None, None, (j * blocks + _tid(ParallelType.BIDx)) * threads + tid),
                 If(lt(q, total), step)]
         self.body.append(For(j, kir.IndexBinary(kir.BinaryOpType.CeilDiv, total, blocks * threads), body))
-
-    def _alternate_scratch(self, rows: list, it: Var) -> list:
-        """The rows' block reductions leave their scratch to the next one's barrier (see
-        `_block_allreduce`): with two or more per row, alternating between two buffers, the
-        next row's first one writes only after this row's last barrier, so rows need no
-        barrier of their own. A lone one alternates between the halves of a doubled buffer
-        by the row group's parity instead."""
-        reds = [x for x in _walk(rows) if isinstance(x, BlockAllReduce) and not x.free_after]
-        if len(reds) != 1:
-            return rows
-        (red,) = reds
-        decl = next(d for d in self._shared_decls if Var(d.name) == red.smem)
-        half = decl.size
-        decl.size = 2 * half
-        red.smem = kir.AddressOf(Element(red.smem, (it % 2) * half))
-        return rows
-
-    def _prefetched(self, rows: list, row_of) -> tuple[list, list]:
-        """(statements before the row loop, the loop's body) where each group of rows'
-        inputs are loaded one iteration ahead into registers of their own: the loads are in
-        flight while the block reduces and writes the current rows (with a block or two per
-        SM, nothing else would hide their latency)."""
-        inputs = [tv for tv in self.fusion.inputs if isinstance(tv, TensorView) and tv in self.regs]
-        spanning = self._row_spanning()
-        # inputs without the rows' axes (weights) are loaded once, before the loop
-        fixed = {self.regs[tv] for tv in inputs if tv not in spanning}
-        fixed_decls = [d for d in rows if isinstance(d, Decl) and d.name in fixed]
-        load_ids = {id(x) for x in self._row_loads}
-        first = {Var("row"): row_of(IntLit(0))}
-        before: list = list(fixed_decls)
-        before += [y for x in self._row_loads for y in _only(kir.substitute_stmt(x, first), fixed)]
-        rows = [x for x in rows if not any(x is d for d in fixed_decls)]
-        varying = {self.regs[tv] for tv in inputs if tv in spanning}
-        decls = {d.name: d for d in rows if isinstance(d, Decl) and d.name in varying}
-        narrow = any(tv.dtype.itemsize < 4 for tv in inputs if tv in spanning and self.full(tv))
-        in_loop = [y for x in rows for y in ([x] if id(x) not in load_ids else _only(x, varying))]
-        if STAGE_ROWS == "all" or (STAGE_ROWS == "narrow" and narrow):
-            staged = self._staged(before, in_loop, varying, row_of)
-            if staged is not None:
-                return staged
-        if not PREFETCH_ROWS or narrow or self.p.bdx * self.p.bdy > 512 or not decls or not load_ids:
-            return before, in_loop
-        ahead = {Var(n): Var(f"n{n}") for n in decls}
-        loads = [y for x in self._row_loads for y in _only(x, set(decls))]
-        before += [Decl(f"n{n}", d.dtype, d.size) for n, d in decls.items()]
-        before += [kir.substitute_stmt(x, {**ahead, **first}) for x in loads]
-        last = max(i for i, x in enumerate(rows) if id(x) in load_ids)
-        body: list = []
-        for i, x in enumerate(rows):
-            if id(x) not in load_ids:
-                body.append(x)
-                continue
-            for n in sorted(_names(x) & decls.keys()):  # this iteration's rows: loaded last time
-                if decls[n].size is None:
-                    body.append(Assign(Var(n), Var(f"n{n}")))
-                else:
-                    k = Var("k")
-                    body.append(For(k, IntLit(decls[n].size), [Assign(Element(Var(n), k), Element(Var(f"n{n}"), k))],
-                                    unroll=True, dtype=DataType.Int32))
-            if i == last:  # the next iteration's rows, loaded now
-                nxt = {**ahead, Var("row"): row_of(Var("it") + 1)}
-                body.extend(kir.substitute_stmt(y, nxt) for y in loads)
-        return before, body
-
-    def _staged(self, before: list, rows: list, varying: set[str], row_of) -> tuple[list, list] | None:
-        """(statements before the row loop, the loop's body) where the rows' vector loads go
-        through shared memory: each group of rows is copied asynchronously (cp.async) one
-        iteration ahead into one of STAGES stages, while the block reduces and writes the
-        current rows; a thread reads back only what it copied, so no barrier is needed.
-        Unlike loading ahead into registers this costs no registers. None where the stages
-        would not fit in the dynamic shared memory budget, or nothing is vector-loaded."""
-        threads = self.p.bdx * self.p.bdy
-        tid = _tid(ParallelType.TIDy) * self.p.bdx + _tid(ParallelType.TIDx)
-        tv_of = {name: tv for tv, name in self.regs.items()}
-        #: register array -> (stage buffer, dtype, elements per thread, elements per copy)
-        stages: dict[str, tuple[str, DataType, int, int]] = {}
-
-        # (a row's scalars, a rstd or a mean, stay direct loads: copied per thread they
-        # measured slower, LayerNorm backward bf16 [16384, 4096] 236 us against 196 us)
-        for x in _walk(rows):
-            if isinstance(x, kir.VecLoad) and x.n * x.dtype.itemsize in (4, 8, 16):
-                name = _array_of(x.dst)
-                if name in varying:
-                    stages.setdefault(name, (f"stage_{name}", x.dtype, self.full_tile, x.n))
-        # the inputs that change with every row first (one batch's row of a [B, 1, N] input
-        # serves its rows from the caches), as many as fit
-        find, id_of = self.sub.uf.find, self.sub.a.id_of
-
-        def row_axes(name: str) -> int:
-            return sum(1 for i in tv_of[name].logical_no_reductions()
-                       if not i.is_broadcast and find(id_of(i)) in self._row_classes)
-
-        limits = self.sub.a.info.device_limits if self.sub.a.info is not None else DeviceLimits.target()
-        budget = min(STAGE_MAX_BYTES, limits.smem_per_block - STATIC_SMEM_RESERVE)
-        for name in sorted(stages, key=row_axes, reverse=True):
-            _, dt, per, _ = stages[name]
-            nbytes = STAGES * threads * per * dt.itemsize
-            if nbytes > budget:
-                del stages[name]
-            else:
-                budget -= nbytes
-        if not stages:
-            return None
-
-        def is_load(x) -> bool:
-            return any(isinstance(y, kir.VecLoad) and _array_of(y.dst) in stages for y in _walk([x]))
-
-        loads = [x for x in rows if is_load(x)]
-        offset = self._dynamic_smem
-        for buf, dt, per, _ in stages.values():
-            self._decl(buf, dt, STAGES * threads * per, space=kir.MemoryType.Shared, offset=offset)
-            offset += -(-STAGES * threads * per * dt.itemsize // 16) * 16
-        self._dynamic_smem = offset
-
-        def slot(name: str, at: kir.Expr, stage: kir.Expr) -> kir.Expr:
-            # a warp's copies of one vector of its threads' tiles lie side by side (no bank
-            # conflicts): [stage][vector][thread][lane]
-            buf, _, per, n = stages[name]
-            vec = at // n
-            return Element(Var(buf), ((stage * (per // n) + vec) * threads + tid) * n + at % n)
-
-        def rewrite(x, issue: bool, stage: kir.Expr):
-            """The load statement `x` issuing its copies into `stage` (`issue`), or reading
-            them back from it."""
-            if isinstance(x, kir.VecLoad) and _array_of(x.dst) in stages:
-                at = kir.AddressOf(slot(_array_of(x.dst), _offset_of(x.dst), stage))
-                return kir.CpAsync(at, x.src, x.n * x.dtype.itemsize) if issue else kir.VecLoad(x.dtype, x.n, x.dst, at)
-            if isinstance(x, (For, If)):
-                field = "then" if isinstance(x, If) else "body"
-                inner = [y for y in (rewrite(z, issue, stage) for z in getattr(x, field)) if y is not None]
-                return dataclasses.replace(x, **{field: inner}) if inner else None
-            return None if issue else x
-
-        it = Var("it")
-        k = STAGES
-        pre = list(before)
-        reread = REREAD_STAGED and self._reread(rows, loads, set(stages), lambda x: rewrite(x, False, it % k))
-        if reread:
-            # the rows stay in shared memory: each pass reads a vector just before use
-            rows = reread
-        for j in range(k - 1):  # the first k - 1 iterations' rows
-            issue = [y for y in (rewrite(x, True, IntLit(j)) for x in loads) if y is not None]
-            pre += [kir.substitute_stmt(x, {Var("row"): row_of(IntLit(j))}) for x in issue] + [kir.CpAsyncCommit()]
-        body: list = []
-        last = max(i for i, x in enumerate(rows) if any(x is y for y in loads))
-        waited = False
-        for i, x in enumerate(rows):
-            if not any(x is y for y in loads):
-                body.append(x)
-                continue
-            if not waited:  # this iteration's copies (the oldest group) have landed
-                body.append(kir.CpAsyncWait(k - 2))
-                waited = True
-            if reread:  # only the loads of rows that are not staged stay here
-                body.extend(_only(x, set(stages), keep=False))
-            else:
-                body.append(rewrite(x, False, it % k))
-            if i == last:  # the rows k - 1 iterations ahead, copied now
-                nxt = [y for y in (rewrite(z, True, (it + (k - 1)) % k) for z in loads) if y is not None]
-                body.extend(kir.substitute_stmt(y, {Var("row"): row_of(it + (k - 1))}) for y in nxt)
-                body.append(kir.CpAsyncCommit())
-        return pre, body
-
-    def _reread(self, rows: list, loads: list, staged: set[str], read) -> list | None:
-        """`rows` where every unrolled loop over a thread's vectors that uses a staged row
-        reads each vector from its stage (`read`: a load statement turned into reads) at the
-        top of its iteration, and no staged row is laundered (the load statements stay, to
-        mark where the copies are waited for and issued); None where a load is not such a
-        loop."""
-        u = Var("u")
-        chunks: list = []
-        for x in loads:
-            if not (isinstance(x, For) and x.var == u):
-                return None
-            chunks.extend(y for z in read(x).body for y in _only(z, staged))
-        load_ids = {id(x) for x in loads}
-
-        def visit(x):
-            if id(x) in load_ids:
-                return x
-            if isinstance(x, kir.Launder) and x.var.name in staged:
-                return None
-            if isinstance(x, For) and x.var == u and not _names(x.body).isdisjoint(staged):
-                return dataclasses.replace(x, body=[*chunks, *x.body])
-            if isinstance(x, For):
-                return dataclasses.replace(x, body=[y for y in map(visit, x.body) if y is not None])
-            if isinstance(x, If):
-                return dataclasses.replace(x, then=[y for y in map(visit, x.then) if y is not None],
-                                           orelse=None if x.orelse is None else
-                                           [y for y in map(visit, x.orelse) if y is not None])
-            return x
-
-        return [y for y in map(visit, rows) if y is not None]
 
     def _work(self, e) -> kir.Param:
         """Outer reduction `e`'s partials: a row of columns per block, and one per segment
@@ -600,65 +379,9 @@ class InnerOuterLowering(ReductionLowering):
                 epilogue.append(Assign(Element(self.params.tensor(tv), self.ix.offset(tv, idx)), values[tv]))
         return epilogue
 
-    def _row_spanning(self) -> set[TensorView]:
-        """Tensors with an axis the outer reductions reduce (the rows)."""
-        find, id_of = self.sub.uf.find, self.sub.a.id_of
-        return {tv for tv in self.fusion.tensors()
-                if any(find(id_of(i)) in self._row_classes for i in tv.logical_no_reductions() if not i.is_broadcast)}
-
     def _column_axis(self, axis, idx) -> kir.Expr:
         r = self.ix.ref_axis(axis)
         return IntLit(0) if r is None else idx[r]
-
-
-def _array_of(dst: kir.Expr) -> str | None:
-    """The register array a VecLoad's destination `&array[offset]` points into."""
-    if isinstance(dst, kir.AddressOf) and isinstance(dst.value, Element) and isinstance(dst.value.base, Var):
-        return dst.value.base.name
-    return dst.name if isinstance(dst, Var) else None
-
-
-def _offset_of(dst: kir.Expr) -> kir.Expr:
-    """The element offset of a VecLoad's destination in its register array."""
-    if isinstance(dst, kir.AddressOf) and isinstance(dst.value, Element):
-        return dst.value.index
-    return IntLit(0)
-
-
-def _walk(stmts: list):
-    """Every statement in `stmts`, nested ones included."""
-    for x in stmts:
-        yield x
-        if isinstance(x, For):
-            yield from _walk(x.body)
-        elif isinstance(x, If):
-            yield from _walk(x.then)
-            yield from _walk(x.orelse or [])
-
-
-def _only(stmt, names: set[str], keep: bool = True) -> list:
-    """`stmt` keeping only the innermost statements that mention one of `names` (loads of
-    those registers), or with `keep` False only those that mention none, and the loops and
-    conditions around them; [] when none is left."""
-    field = "then" if isinstance(stmt, If) else "body" if isinstance(stmt, For) else None
-    if field is None:
-        return [stmt] if bool(_names(stmt) & names) == keep else []
-    inner = [y for x in getattr(stmt, field) for y in _only(x, names, keep)]
-    return [dataclasses.replace(stmt, **{field: inner})] if inner else []
-
-
-def _names(x, out: set[str] | None = None) -> set[str]:
-    """The names of the variables statement or expression `x` mentions."""
-    out = set() if out is None else out
-    if isinstance(x, Var):
-        out.add(x.name)
-    elif isinstance(x, (list, tuple)):
-        for y in x:
-            _names(y, out)
-    elif dataclasses.is_dataclass(x) and not isinstance(x, (type, kir.Param)):
-        for f in dataclasses.fields(x):
-            _names(getattr(x, f.name), out)
-    return out
 
 
 def lower_inner_outer(fusion: Fusion, ref: TensorView, params: ReductionParams, vector_tensors: frozenset[TensorView],

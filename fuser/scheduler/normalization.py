@@ -249,8 +249,32 @@ def inner_persistent_heuristics(sub: SubFusion, geo: ReductionGeometry, vectoriz
         # (LayerNorm bf16 [128, 1000] 3.09 -> 2.90 us on an H100)
         bdy, bdx = 1, few_rows_threads(vecs, vectorize, bdx)
         batch = max(1, -(-vecs // bdx))  # (rows of no elements hold one vector, unread)
-    return ReductionParams(True, True, vectorize, bdx, bdy, batch, 1, info.index_type,
-                           persistent_min_blocks(info.device_limits, bdx * bdy, batch * vectorize * held))
+    min_blocks = persistent_min_blocks(info.device_limits, bdx * bdy, batch * vectorize * held)
+    return ReductionParams(True, True, vectorize, bdx, bdy, batch, 1, info.index_type, min_blocks,
+                           row_loop=_loops_rows(sub, geo, -(-geo.n_iter // bdy) > min_blocks * sms))
+
+
+#: where an inner-persistent kernel's blocks take groups of rows in turn (a grid of the
+#: blocks the GPU holds at once) instead of a block per group: "never"; "weights", where
+#: an input spans the columns but not the rows (each block then loads it once rather than
+#: once per group of rows) and the groups are more than one wave of blocks; "always"
+PERSISTENT_ROW_LOOP = "never"
+
+
+def _loops_rows(sub: SubFusion, geo: ReductionGeometry, waves: bool) -> bool:
+    """Whether the inner-persistent kernel over `sub` takes rows in turn (see
+    PERSISTENT_ROW_LOOP); `waves`: its groups of rows are more blocks than fit at once."""
+    if RESHAPE in sub.kinds and reduction.index_plan(sub).steps:
+        return False  # (which inputs span the rows is told by the reference's axes only)
+    if PERSISTENT_ROW_LOOP == "always":
+        return True
+    if PERSISTENT_ROW_LOOP != "weights" or not waves:
+        return False
+    find, id_of = sub.uf.find, sub.a.id_of
+    rows = {find(id_of(i)) for i in geo.iter_axes}
+    cols = geo_red_classes(sub, geo)
+    return any(isinstance(tv, TensorView) and (set(sub.classes_of(tv)) & cols) and not (set(sub.classes_of(tv)) & rows)
+               for tv in sub.inputs)
 
 
 #: registers a persistent kernel's thread needs besides its held row: indices, the
@@ -367,5 +391,6 @@ def inner_outer_heuristics(sub: SubFusion, geo: ReductionGeometry, vectorize: in
     for seg, _ in row_segments(sub, geo).values():
         while seg % bdy:  # a block's group of rows lies in one segment
             bdy //= 2
-    # (its grid is as many blocks as fit at once: the compiler's register choice decides)
-    return dataclasses.replace(p, bdy=bdy, min_blocks=0)
+    # (its grid is as many blocks as fit at once: the compiler's register choice decides;
+    # the inner-outer kernel takes rows in turn whatever `row_loop` says)
+    return dataclasses.replace(p, bdy=bdy, min_blocks=0, row_loop=False)

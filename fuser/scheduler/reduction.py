@@ -234,7 +234,9 @@ class ReductionParams:
     the rows, `unroll` rows per thread per step. Persistent: a row is loaded once into
     `unroll` vectors per thread (the serial loop has one step) and reused after each
     reduction. `min_blocks`: blocks per SM the kernel is compiled to fit (its registers
-    capped to match), 0 for the compiler's own choice."""
+    capped to match), 0 for the compiler's own choice. `row_loop` (inner persistent): the
+    grid holds only the blocks the GPU holds at once, and each takes groups of rows in
+    turn (loading what does not span the rows, weights, once)."""
 
     inner: bool
     persistent: bool
@@ -245,11 +247,13 @@ class ReductionParams:
     grid_y: int
     index_type: str
     min_blocks: int = 0
+    row_loop: bool = False
 
     def __str__(self) -> str:
         return (f"ReductionParams(inner={self.inner}, persistent={self.persistent}, vectorize={self.vectorize}, "
                 f"bdx={self.bdx}, bdy={self.bdy}, unroll={self.unroll}, grid_y={self.grid_y}, "
-                f"index_type={self.index_type}" + (f", min_blocks={self.min_blocks})" if self.min_blocks else ")"))
+                f"index_type={self.index_type}" + (f", min_blocks={self.min_blocks}" if self.min_blocks else "")
+                + (", row_loop=True)" if self.row_loop else ")"))
 
     @property
     def threads(self) -> int:
