@@ -257,7 +257,16 @@ def inner_persistent_heuristics(sub: SubFusion, geo: ReductionGeometry, vectoriz
 #: where an inner-persistent kernel's blocks take groups of rows in turn (a grid of the
 #: blocks the GPU holds at once) instead of a block per group: "never"; "weights", where
 #: an input spans the columns but not the rows (each block then loads it once rather than
-#: once per group of rows) and the groups are more than one wave of blocks; "always"
+#: once per group of rows) and the groups are more than one wave of blocks; "always".
+#: Slower wherever measured, so never: `bench --sweep persistent_row_loop_*`, H200, µs
+#: never / weights at [16384, 4096], [8192, 8192], [2048, 16384], [16384, 1024],
+#: [65536, 1024]: LayerNorm bf16 68.6 / 83.7, 66.2 / 75.3, 41.7 / 63.0, 19.1 / 23.2,
+#: 68.6 / 82.2; RMSNorm bf16 65.4 / 73.8, 65.7 / 74.6, 34.6 / 37.8, 17.2 / 18.5, 66.4 /
+#: 73.8; LayerNorm fp32 130.1 / 143.9 ... 33.9 / 37.5; softmax bf16 (no weight) always:
+#: 68.5 / 77.9. Re-reading the weight from L2 for every row is not what limits these
+#: kernels; a block per row, 8 resident per SM, hides each row's reduction better than a
+#: resident block looping (its loads ahead, ROW_LOOP_LOADS, win back part: LayerNorm bf16
+#: staged 75.7 at [16384, 4096], 41.0 at [2048, 16384]). Not yet measured on an H100.
 PERSISTENT_ROW_LOOP = "never"
 
 
