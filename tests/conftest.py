@@ -81,7 +81,10 @@ def fixed_addresses(monkeypatch):
     """Buffers a host program allocates keep one address per tensor across calls (the
     caching allocator's choice of blocks varies with what else ran), so stream-loop graphs
     are captured and replayed as a model's steady state would; the graphs and their keys
-    are the real ones. The fusion cache is reset: an evaluator must be built with the patch."""
+    are the real ones. The fusion cache is reset before (an evaluator must be built with the
+    patch) and after: an evaluator built with it keeps the patched method (its handlers are
+    bound at construction) and would pin its first buffers in later tests that share the
+    cache entry (a later copy-engine test's chunks were then not in its symmetric buffer)."""
     from fuser.frontend.cache import FusionCache
     from fuser.host.evaluator import HostIrEvaluator
 
@@ -93,4 +96,6 @@ def fixed_addresses(monkeypatch):
         state.env[e.tv] = fixed.setdefault(e.tv, state.env[e.tv])
 
     monkeypatch.setattr(HostIrEvaluator, "_allocate", at_fixed)
+    FusionCache.reset()
+    yield
     FusionCache.reset()
