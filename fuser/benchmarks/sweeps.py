@@ -63,6 +63,11 @@ SWEEPS: tuple[Sweep, ...] = (
             "inner-persistent blocks take rows in turn (a grid of resident blocks): never, where a weight "
             "spans the columns only, always")
       for f in ("rmsnorm_fwd_bf16", "layernorm_fwd_bf16", "softmax_fwd_bf16", "layernorm_fwd_fp32")),
+    *(Sweep(f"persistent_late_loads_{f}", "fuser.scheduler.normalization", "PERSISTENT_LATE_LOADS", (False, True),
+            f, NORM_SHAPES, "inner-persistent kernels load each input at the first pass that reads it (weights "
+            "after the reductions) and aim their occupancy at what they hold across the reductions")
+      for f in ("layernorm_fwd_bf16", "rmsnorm_fwd_bf16", "layernorm_fwd_fp32", "rmsnorm_fwd_fp32",
+                "dropout_add_layernorm_fwd_bf16", "softmax_fwd_bf16")),
     *(Sweep(f"row_loop_loads_{f}", "fuser.lower.row_loop", "ROW_LOOP_LOADS", ("direct", "registers", "staged"),
             f, NORM_SHAPES, "how a row loop loads each group of rows: in its pass, a group ahead into "
             "registers, a group ahead into shared memory (cp.async)",

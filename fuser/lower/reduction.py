@@ -188,6 +188,9 @@ class ReductionLowering:
         self._final: set[TensorView] = set()
         #: the statements loading a persistent kernel's inputs for its row(s)
         self._row_loads: list = []
+        #: the full inputs loaded so far (a persistent kernel's stay in registers)
+        self._loaded: set[TensorView] = set()
+        self._last_stage = 0
 
     # --- classification ---------------------------------------------------------------------
     def _class_set(self, loop_axis: IterDomain) -> set[int]:
@@ -351,6 +354,7 @@ class ReductionLowering:
         p = self.p
         reductions = self._reductions()
         n_stages = max((self.stage[e.outputs[0]] for e in reductions), default=0)
+        self._last_stage = n_stages
         if not p.persistent and any(self.full(tv) and self.stage.get(tv, 0) > 0 for tv in self.stage):
             raise NotLowerable("a reduction kernel reuses the reduced axes after a reduction (persistent)")
         for tv in self.fusion.inputs:
@@ -375,7 +379,7 @@ class ReductionLowering:
         if self.full_tile == 1:
             return []
         return [kir.Launder(Var(self.regs[tv])) for tv in self.fusion.inputs
-                if isinstance(tv, TensorView) and tv in self.regs and self.full(tv)
+                if isinstance(tv, TensorView) and tv in self.regs and self.full(tv) and tv in self._loaded
                 and not (tv in self._lane_invariant and self.U == 1)]  # (a scalar, not an array)
 
     def _load_reduced_inputs(self) -> None:
@@ -513,11 +517,14 @@ class ReductionLowering:
                 self._decl(name, acc_dt, self.reduced_tile if self.reduced_tile > 1 else None,
                            Cast(init, e.init.dtype, acc_dt))
             accs.append((e, name, acc_dt))
+        # (the registers of what earlier stages loaded: those this one loads are fresh)
+        step: list = self._launder_rows() if p.persistent and k > 0 else []
         loads: list = []
         compute: list = []
         for tv in self.fusion.inputs:
-            if isinstance(tv, TensorView) and self.full(tv) and self._used(tv) and (k == 0 or not p.persistent):
+            if isinstance(tv, TensorView) and self.full(tv) and self._used(tv) and self._loads_at(tv, k, exprs, reds):
                 loads.append(self._load_full(tv, s, u))
+                self._loaded.add(tv)
         for e in exprs:
             if not (isinstance(e, (ReductionOp, WelfordOp)) and expr_kind(e) == REDUCTION):
                 compute.extend(self._compute(e, u, v))
@@ -525,7 +532,6 @@ class ReductionLowering:
                     self._kept.update(o for o in e.outputs if isinstance(o, TensorView) and self.full(o))
         row0, col0 = self._row_col(s, u, IntLit(0))
         pred = all_of([c for c in (self._row_ok(row0), lt(col0, self.n_cols)) if c is not None])
-        step: list = self._launder_rows() if p.persistent and k > 0 else []
         merges: list = []
         for e, name, acc_dt in accs:
             x = e.inputs[0]
@@ -539,13 +545,19 @@ class ReductionLowering:
                 compute.append(Assign(acc, kir.Binary(e.op_type, acc, self._reg(x, u, v), acc_dt, x.dtype, acc_dt)))
         compute.extend(self._accumulate_columns(k, u, v))
         stores = [self._store_full(tv, s, u) for tv in outs]
-        if loads:
-            load_at = len(step)
-            step.append(For(u, IntLit(self.U), [If(pred, [x for ld in loads for x in ld])], unroll=True,
-                            dtype=DataType.Int32))
         inner = self._over_lanes(compute) + [x for st in stores for x in st]
-        if inner:
-            step.append(For(u, IntLit(self.U), [If(pred, inner)], unroll=True, dtype=DataType.Int32))
+        loaded = [x for ld in loads for x in ld]
+        if loads and inner and k > 0 and p.late_loads and not p.row_loop:
+            # each vector's late inputs loaded just before its use: the compiler need not
+            # hold a whole tile of them at once (a row loop moves loads, so keeps them apart)
+            load_at = len(step)
+            step.append(For(u, IntLit(self.U), [If(pred, loaded + inner)], unroll=True, dtype=DataType.Int32))
+        else:
+            if loads:
+                load_at = len(step)
+                step.append(For(u, IntLit(self.U), [If(pred, loaded)], unroll=True, dtype=DataType.Int32))
+            if inner:
+                step.append(For(u, IntLit(self.U), [If(pred, inner)], unroll=True, dtype=DataType.Int32))
         step.extend(merges)
         if p.persistent:
             done = [_subst_s(x, IntLit(0)) for x in step]
@@ -555,6 +567,19 @@ class ReductionLowering:
         else:
             self.body.append(For(s, self.steps, step))
         self._combine(accs)
+
+    def _loads_at(self, tv: TensorView, k: int, exprs: list, reds: list) -> bool:
+        """Whether stage k's loop loads full input `tv`: every step of a reduction kernel's
+        loop; a persistent kernel's first stage, or with `late_loads` the first stage that
+        reads it (the last takes any left)."""
+        if not self.p.persistent:
+            return True
+        if not self.p.late_loads:
+            return k == 0
+        if tv in self._loaded:
+            return False
+        return (k == self._last_stage or any(tv in e.inputs for e in exprs)
+                or any(e.inputs[0] is tv for e in reds) or tv in self._full_outputs(k))
 
     def _accumulate_columns(self, k: int, u, v) -> list:
         """Statements folding stage k's values into per-column accumulators (inner-outer)."""

@@ -236,7 +236,9 @@ class ReductionParams:
     reduction. `min_blocks`: blocks per SM the kernel is compiled to fit (its registers
     capped to match), 0 for the compiler's own choice. `row_loop` (inner persistent): the
     grid holds only the blocks the GPU holds at once, and each takes groups of rows in
-    turn (loading what does not span the rows, weights, once)."""
+    turn (loading what does not span the rows, weights, once). `late_loads` (inner
+    persistent): each input is loaded at the first pass over the row that reads it (a
+    norm's weights after its reductions), not all with the row."""
 
     inner: bool
     persistent: bool
@@ -248,12 +250,13 @@ class ReductionParams:
     index_type: str
     min_blocks: int = 0
     row_loop: bool = False
+    late_loads: bool = False
 
     def __str__(self) -> str:
         return (f"ReductionParams(inner={self.inner}, persistent={self.persistent}, vectorize={self.vectorize}, "
                 f"bdx={self.bdx}, bdy={self.bdy}, unroll={self.unroll}, grid_y={self.grid_y}, "
                 f"index_type={self.index_type}" + (f", min_blocks={self.min_blocks}" if self.min_blocks else "")
-                + (", row_loop=True)" if self.row_loop else ")"))
+                + (", row_loop=True" if self.row_loop else "") + (", late_loads=True)" if self.late_loads else ")"))
 
     @property
     def threads(self) -> int:

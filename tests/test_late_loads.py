@@ -1,0 +1,94 @@
+"""Inner-persistent kernels that load each input at the first pass over the row that reads it
+(`ReductionParams.late_loads`, normalization.PERSISTENT_LATE_LOADS): a norm's weights after
+its reductions, so that the kernel holds less across them. Generated without a GPU, compiled
+with nvcc, simulated on the CPU against the reference executor (alone and under a row loop),
+and on the GPU against eager PyTorch."""
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+from cuda_units import compile_all
+from fuser.frontend.cache import FusionCache
+from fuser.lower import row_loop
+from fuser.scheduler import normalization
+from test_row_loop import CASES, GPU_CASES, _bench_code, _case_inputs
+
+
+@pytest.fixture
+def late(monkeypatch):
+    def set_(on: bool = True, loop: str = "never", loads: str = "direct") -> None:
+        monkeypatch.setattr(normalization, "PERSISTENT_LATE_LOADS", on)
+        monkeypatch.setattr(normalization, "PERSISTENT_ROW_LOOP", loop)
+        monkeypatch.setattr(row_loop, "ROW_LOOP_LOADS", loads)
+        FusionCache.reset()
+
+    yield set_
+    FusionCache.reset()
+
+
+def test_a_layernorms_weight_and_bias_load_after_its_reductions(late):
+    late(False)
+    early = _bench_code("layernorm_fwd_bf16", (16384, 4096))
+    late(True)
+    src = _bench_code("layernorm_fwd_bf16", (16384, 4096))
+    last_reduction = src.rindex("block_allreduce_x")
+    weight, bias, row = (src.index(f"(&r{k}[u * 8], &T{k}[") for k in (1, 2, 0))
+    assert row < last_reduction < weight < bias
+    assert early.index("(&r1[u * 8], &T1[") < early.index("block_allreduce_x")
+    # each vector's weight and bias just before its use, in the loop that writes it
+    assert re.search(r"&T2\[[^\n]*\n\s+#pragma unroll\n\s+for \(int v = 0; v < 8; \+\+v\) \{", src)
+    # nothing laundered before it is loaded: the weights' registers only after their load
+    assert "fuser::launder(r1)" not in src
+    # held across the reductions: the row alone (8 blocks of 256 threads per SM, not 6)
+    assert "__launch_bounds__(256, 6)" in early and "__launch_bounds__(256, 8)" in src
+    assert compile_all([early, src])[:4] == b"\x7fELF"
+
+
+@pytest.mark.parametrize("loop", ["never", "always"])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_late_loads_simulate_to_the_reference(late, name, loop):
+    from kernel_sim import simulate_fusion
+
+    late(True, loop, "staged" if loop == "always" else "direct")
+    fd, xs = _case_inputs(name)
+    report = simulate_fusion(fd, xs, resident=3)
+    assert report.ok and report.status == "ok", str(report)
+    (seg,) = report.segments
+    assert seg.scheduler == "inner_persistent" and seg.kernel, str(report)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name,shape", GPU_CASES, ids=[f"{n}@{'x'.join(map(str, s))}" for n, s in GPU_CASES])
+def test_late_loads_match_eager_on_the_gpu(late, poisoned_kernel_outputs, name, shape):
+    pytest.importorskip("pycuda")
+    from fuser.benchmarks import fusions as F
+    from fuser.cli.bench import _check, _generator_state, fuser_segments
+
+    late(True)
+    f = F.by_name(name)
+    torch.manual_seed(2)
+    inputs = f.make_inputs("cuda", shape)
+    fd = f.fusion_definition()
+    state = _generator_state(f, inputs)
+    got = fd.execute(inputs)
+    ok, msg = _check(f, got, inputs, fd, state)
+    assert ok, msg
+    segments = fuser_segments(fd)
+    assert segments and all(kernel for _, kernel in segments), segments
+
+
+def test_the_simulation_fails_where_a_row_is_loaded_after_its_first_use(late, monkeypatch):
+    """The check can fail: every input loaded in the last pass only, after the reductions
+    that read the row."""
+    from kernel_sim import simulate_fusion
+
+    from fuser.lower.reduction import ReductionLowering
+
+    monkeypatch.setattr(ReductionLowering, "_loads_at", lambda self, tv, k, exprs, reds: k == self._last_stage)
+    late(True)
+    fd, xs = _case_inputs("rms_bf16_37x1000")
+    report = simulate_fusion(fd, xs, resident=3)
+    assert not report.ok, str(report)
