@@ -92,3 +92,31 @@ def test_the_simulation_fails_where_a_row_is_loaded_after_its_first_use(late, mo
     fd, xs = _case_inputs("rms_bf16_37x1000")
     report = simulate_fusion(fd, xs, resident=3)
     assert not report.ok, str(report)
+
+
+def test_an_input_read_only_in_the_first_pass_is_let_go_and_counted(late):
+    """z is read only beside the reduction (for another output): it is not laundered after
+    it (a launder would keep its registers live to the end), and the occupancy target counts
+    it, since the first pass holds it beside the row (a target that left it out spilled)."""
+    from fuser import DataType, FusionDefinition
+
+    def build(fd):
+        x = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float)
+        z = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float)
+        fd.add_output(fd.ops.mul(x, z))
+        m = fd.ops.sum(fd.ops.mul(x, x), dims=[1], keepdim=True)
+        fd.add_output(fd.ops.mul(x, fd.ops.rsqrt(m)))
+
+    xs = [torch.empty(16384, 4096, device="meta")] * 2
+    codes = {}
+    for on in (False, True):
+        late(on)
+        with FusionDefinition() as fd:
+            build(fd)
+        codes[on] = fd.cuda_code_for(xs)
+    early, src = codes[False], codes[True]
+    after = src[src.index("block_allreduce_x"):]
+    assert "fuser::launder(r0);" in after and "fuser::launder(r1);" not in after
+    assert "fuser::launder(r1);" in early[early.index("block_allreduce_x"):]
+    bounds = re.findall(r"__launch_bounds__\(256, (\d+)\)", src)
+    assert bounds == re.findall(r"__launch_bounds__\(256, (\d+)\)", early) == ["5"]

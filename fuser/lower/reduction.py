@@ -191,6 +191,9 @@ class ReductionLowering:
         #: the full inputs loaded so far (a persistent kernel's stay in registers)
         self._loaded: set[TensorView] = set()
         self._last_stage = 0
+        #: with late loads, the full inputs no stage from the current one on reads: not
+        #: laundered, so their registers are free once read (a launder keeps them live)
+        self._read_no_more: set[TensorView] = set()
 
     # --- classification ---------------------------------------------------------------------
     def _class_set(self, loop_axis: IterDomain) -> set[int]:
@@ -355,6 +358,13 @@ class ReductionLowering:
         reductions = self._reductions()
         n_stages = max((self.stage[e.outputs[0]] for e in reductions), default=0)
         self._last_stage = n_stages
+        #: per full input, the last stage that reads it (before any stage keeps a value
+        #: instead of recomputing it: at least as late as the stages will read it)
+        self._last_read: dict[TensorView, int] = {}
+        for k in range(n_stages + 1):
+            reds = [e for e in reductions if self.stage[e.inputs[0]] == k]
+            for tv in self._reads(k, self._needed(k, reds), reds):
+                self._last_read[tv] = k
         if not p.persistent and any(self.full(tv) and self.stage.get(tv, 0) > 0 for tv in self.stage):
             raise NotLowerable("a reduction kernel reuses the reduced axes after a reduction (persistent)")
         for tv in self.fusion.inputs:
@@ -380,6 +390,7 @@ class ReductionLowering:
             return []
         return [kir.Launder(Var(self.regs[tv])) for tv in self.fusion.inputs
                 if isinstance(tv, TensorView) and tv in self.regs and self.full(tv) and tv in self._loaded
+                and tv not in self._read_no_more
                 and not (tv in self._lane_invariant and self.U == 1)]  # (a scalar, not an array)
 
     def _load_reduced_inputs(self) -> None:
@@ -502,6 +513,8 @@ class ReductionLowering:
         p = self.p
         exprs = self._needed(k, reds)
         outs = self._full_outputs(k)
+        if p.persistent and p.late_loads:
+            self._read_no_more = {tv for tv in self._loaded if self._last_read.get(tv, 0) < k}
         if not exprs and not reds and not outs and k > 0 and not self._accumulate_columns(k, Var("u"), Var("v")):
             return
         s, u, v = Var("s"), Var("u"), Var("v")
@@ -578,8 +591,13 @@ class ReductionLowering:
             return k == 0
         if tv in self._loaded:
             return False
-        return (k == self._last_stage or any(tv in e.inputs for e in exprs)
-                or any(e.inputs[0] is tv for e in reds) or tv in self._full_outputs(k))
+        return k == self._last_stage or tv in self._reads(k, exprs, reds)
+
+    def _reads(self, k: int, exprs: list, reds: list) -> set:
+        """The tensors stage k reads: its expressions' and reductions' inputs and its full
+        outputs."""
+        got = {x for e in exprs for x in e.inputs if isinstance(x, TensorView)}
+        return got | {e.inputs[0] for e in reds} | set(self._full_outputs(k))
 
     def _accumulate_columns(self, k: int, u, v) -> list:
         """Statements folding stage k's values into per-column accumulators (inner-outer)."""

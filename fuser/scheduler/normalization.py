@@ -250,12 +250,14 @@ def inner_persistent_heuristics(sub: SubFusion, geo: ReductionGeometry, vectoriz
         bdy, bdx = 1, few_rows_threads(vecs, vectorize, bdx)
         batch = max(1, -(-vecs // bdx))  # (rows of no elements hold one vector, unread)
     late = PERSISTENT_LATE_LOADS
-    # (what the kernel holds across its reductions: with late loads, the inputs that feed them)
-    across = reduction_fed_bytes(sub, geo_red_classes(sub, geo)) + extra_held if late else held
+    # (what the kernel holds at once: with late loads, what its first pass reads)
+    across = first_pass_bytes(sub, geo_red_classes(sub, geo)) + extra_held if late else held
     min_blocks = persistent_min_blocks(info.device_limits, bdx * bdy, batch * vectorize * across)
+    loop = _loops_rows(sub, geo, -(-geo.n_iter // bdy) > min_blocks * sms)
+    if loop and late:  # (a row loop loads the weights before its rows: held throughout)
+        min_blocks = persistent_min_blocks(info.device_limits, bdx * bdy, batch * vectorize * held)
     return ReductionParams(True, True, vectorize, bdx, bdy, batch, 1, info.index_type, min_blocks,
-                           row_loop=_loops_rows(sub, geo, -(-geo.n_iter // bdy) > min_blocks * sms),
-                           late_loads=late)
+                           row_loop=loop, late_loads=late)
 
 
 #: an inner-persistent kernel loads each input at the first pass over its rows that reads
@@ -266,12 +268,17 @@ def inner_persistent_heuristics(sub: SubFusion, geo: ReductionGeometry, vectoriz
 PERSISTENT_LATE_LOADS = False
 
 
-def reduction_fed_bytes(sub: SubFusion, red_classes) -> int:
-    """Bytes per element of a row of the inputs spanning `red_classes` that feed a reduction
-    (read before it: a persistent kernel holds them across it)."""
-    _, up = sub._flow(sub.reductions())
+def first_pass_bytes(sub: SubFusion, red_classes) -> int:
+    """Bytes per element of a row of the inputs spanning `red_classes` that a persistent
+    kernel with late loads reads in its first pass (what feeds a reduction, or an output
+    that follows none) and so holds at once; the others it reads later, a vector at a time."""
+    down, up = sub._flow(sub.reductions())
+    need = {o for o in sub.outputs if isinstance(o, TensorView) and not down.get(o, 0)}
+    for e in reversed(sub.exprs):
+        if any(o in need for o in e.outputs):
+            need.update(x for x in e.inputs if isinstance(x, TensorView))
     return sum(tv.dtype.itemsize for tv in sub.inputs
-               if isinstance(tv, TensorView) and set(sub.classes_of(tv)) & red_classes and up.get(tv, 0))
+               if isinstance(tv, TensorView) and set(sub.classes_of(tv)) & red_classes and (up.get(tv, 0) or tv in need))
 
 
 #: where an inner-persistent kernel's blocks take groups of rows in turn (a grid of the
