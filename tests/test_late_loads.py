@@ -14,7 +14,7 @@ from cuda_units import compile_all
 from fuser.frontend.cache import FusionCache
 from fuser.lower import row_loop
 from fuser.scheduler import normalization
-from test_row_loop import CASES, GPU_CASES, _bench_code, _case_inputs
+from test_row_loop import CASES, GPU_CASES, _bench_code, _case_inputs, bench_case_on_gpu
 
 
 @pytest.fixture
@@ -64,20 +64,10 @@ def test_late_loads_simulate_to_the_reference(late, name, loop):
 @pytest.mark.parametrize("name,shape", GPU_CASES, ids=[f"{n}@{'x'.join(map(str, s))}" for n, s in GPU_CASES])
 def test_late_loads_match_eager_on_the_gpu(late, poisoned_kernel_outputs, name, shape):
     pytest.importorskip("pycuda")
-    from fuser.benchmarks import fusions as F
-    from fuser.cli.bench import _check, _generator_state, fuser_segments
-
     late(True)
-    f = F.by_name(name)
-    torch.manual_seed(2)
-    inputs = f.make_inputs("cuda", shape)
-    fd = f.fusion_definition()
-    state = _generator_state(f, inputs)
-    got = fd.execute(inputs)
-    ok, msg = _check(f, got, inputs, fd, state)
-    assert ok, msg
-    segments = fuser_segments(fd)
-    assert segments and all(kernel for _, kernel in segments), segments
+    fd = bench_case_on_gpu(name, shape, seed=2)
+    runs = fd._entry.last_runner.runs
+    assert any(getattr(getattr(r.kernel, "params", None), "late_loads", False) for r in runs)
 
 
 def test_the_simulation_fails_where_a_row_is_loaded_after_its_first_use(late, monkeypatch):

@@ -266,11 +266,19 @@ GPU_CASES = [(n, s) for n in ("rmsnorm_fwd_bf16", "layernorm_fwd_bf16", "softmax
 @pytest.mark.parametrize("name,shape", GPU_CASES, ids=[f"{n}@{'x'.join(map(str, s))}" for n, s in GPU_CASES])
 def test_looping_norms_match_eager_on_the_gpu(loop, poisoned_kernel_outputs, name, shape, loads):
     pytest.importorskip("pycuda")
+    loop("always", loads)
+    fd = bench_case_on_gpu(name, shape, seed=1)
+    assert LOOP in fd.last_cuda_code()
+
+
+def bench_case_on_gpu(name: str, shape: tuple[int, ...], seed: int):
+    """Run bench fusion `name` at `shape` on fresh CUDA inputs and check it against eager
+    PyTorch (or, drawing random numbers, the reference executor) with the bench's per-dtype
+    tolerances; every segment must have run a generated kernel. Returns the definition."""
     from fuser.cli.bench import _check, _generator_state, fuser_segments
 
-    loop("always", loads)
     f = F.by_name(name)
-    torch.manual_seed(1)
+    torch.manual_seed(seed)
     inputs = f.make_inputs("cuda", shape)
     fd = f.fusion_definition()
     state = _generator_state(f, inputs)
@@ -279,4 +287,4 @@ def test_looping_norms_match_eager_on_the_gpu(loop, poisoned_kernel_outputs, nam
     assert ok, msg
     segments = fuser_segments(fd)
     assert segments and all(kernel for _, kernel in segments), segments
-    assert LOOP in fd.last_cuda_code()
+    return fd
