@@ -288,3 +288,11 @@ def bench_case_on_gpu(name: str, shape: tuple[int, ...], seed: int):
     segments = fuser_segments(fd)
     assert segments and all(kernel for _, kernel in segments), segments
     return fd
+
+
+def test_the_kernel_ir_dump_says_a_row_loop_is_grid_strided(loop, monkeypatch, capsys):
+    monkeypatch.setenv("FUSER_DUMP", "kernel_ir")
+    loop("always")
+    _bench_code("rmsnorm_fwd_bf16", (4096, 1024))
+    dumped = capsys.readouterr().err
+    assert "grid-strided" in dumped and "grid sync" not in dumped

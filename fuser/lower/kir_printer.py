@@ -278,6 +278,8 @@ def _launch_lines(k: kir.Kernel, grid: tuple[int, ...] | None, block: tuple[int,
     flags = []
     if k.grid_sync:
         flags.append("grid sync" + (" (grid-strided)" if k.grid_strided else ""))
+    elif k.grid_strided:  # (a row loop: its grid is capped at the resident blocks)
+        flags.append("grid-strided")
     if k.min_blocks:
         flags.append(f"min blocks per SM {k.min_blocks}")
     if k.dynamic_smem:
