@@ -262,7 +262,7 @@ def inner_persistent_heuristics(sub: SubFusion, geo: ReductionGeometry, vectoriz
 
 #: an inner-persistent kernel loads each input at the first pass over its rows that reads
 #: it (a norm's weight and bias after its reductions) rather than all with the row, and
-#: its occupancy target counts only the inputs held across the reductions. LayerNorm bf16
+#: its occupancy target counts only the inputs its first pass reads. LayerNorm bf16
 #: [16384, 4096] then compiles to 32 registers with no spill (8 blocks of 256 threads per
 #: SM) against 40 (6 blocks): nvcc --resource-usage, sm_90. Not yet timed: off.
 PERSISTENT_LATE_LOADS = False
@@ -291,8 +291,8 @@ def first_pass_bytes(sub: SubFusion, red_classes) -> int:
 #: 68.6 / 82.2; RMSNorm bf16 65.4 / 73.8, 65.7 / 74.6, 34.6 / 37.8, 17.2 / 18.5, 66.4 /
 #: 73.8; LayerNorm fp32 130.1 / 143.9 ... 33.9 / 37.5; softmax bf16 (no weight) always:
 #: 68.5 / 77.9. Re-reading the weight from L2 for every row is not what limits these
-#: kernels; a block per row, 8 resident per SM, hides each row's reduction better than a
-#: resident block looping (its loads ahead, ROW_LOOP_LOADS, win back part: LayerNorm bf16
+#: kernels; likely (not measured) a block per row, 8 resident per SM, hides each row's
+#: reduction better than a resident block looping (its loads ahead, ROW_LOOP_LOADS, win back part: LayerNorm bf16
 #: staged 75.7 at [16384, 4096], 41.0 at [2048, 16384]). Not yet measured on an H100.
 PERSISTENT_ROW_LOOP = "never"
 
