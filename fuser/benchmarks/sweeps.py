@@ -14,6 +14,8 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from .fusions import SEED001_SHAPE
+
 
 @dataclass(frozen=True)
 class Sweep:
@@ -68,6 +70,17 @@ SWEEPS: tuple[Sweep, ...] = (
             "after the reductions) and aim their occupancy at what they hold across the reductions")
       for f in ("layernorm_fwd_bf16", "rmsnorm_fwd_bf16", "layernorm_fwd_fp32", "rmsnorm_fwd_fp32",
                 "dropout_add_layernorm_fwd_bf16", "softmax_fwd_bf16")),
+    # seed 001 (one inner-outer kernel, four reductions across rows, 80 registers: 3 blocks of
+    # 256 threads per SM), whose sizes its definition fixes
+    Sweep("seed001_inner_outer_threads", "fuser.scheduler.normalization", "INNER_OUTER_BLOCK_THREADS",
+          (256, 512, 1024), "seed001_rmsnorm_bwd_bf16", (SEED001_SHAPE,),
+          "threads of an inner-outer block with at most INNER_OUTER_WIDE_MAX_OUTER reductions across rows "
+          "(half as many with more, as seed 001 has)"),
+    Sweep("seed001_stages", "fuser.lower.row_loop", "STAGES", (2, 3, 4), "seed001_rmsnorm_bwd_bf16",
+          (SEED001_SHAPE,), "groups of rows in shared memory at once (one being reduced, the rest in flight)"),
+    Sweep("seed001_stage_rows", "fuser.lower.inner_outer", "STAGE_ROWS", ("narrow", "none", "all"),
+          "seed001_rmsnorm_bwd_bf16", (SEED001_SHAPE,),
+          "which inner-outer rows are copied ahead into shared memory (cp.async)"),
     *(Sweep(f"row_loop_loads_{f}", "fuser.lower.row_loop", "ROW_LOOP_LOADS", ("direct", "registers", "staged"),
             f, NORM_SHAPES, "how a row loop loads each group of rows: in its pass, a group ahead into "
             "registers, a group ahead into shared memory (cp.async)",
