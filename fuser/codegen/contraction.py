@@ -15,7 +15,7 @@ from typing import Any
 
 from fuser.ir.dtype import DataType
 from fuser.ir.exprs import BinaryOpType
-from fuser.lower.kir import Assign, Binary, Decl, Element, Expr, Param, Stmt, Var
+from fuser.lower.kir import Assign, Binary, Decl, Element, Expr, Param, Stmt, Var, walk
 
 __all__ = ["FUSING", "PRODUCT_TYPES", "round_shared_products"]
 
@@ -50,21 +50,13 @@ def _name(target: Any) -> str | None:
 
 
 def _products(body: list[Stmt]) -> dict[str, DataType]:
+    """The variables the kernel assigns float products to, and the products' types."""
     found: dict[str, DataType] = {}
-
-    def visit(x: Any) -> None:
-        if isinstance(x, list):
-            for s in x:
-                visit(s)
-        elif isinstance(x, Assign) and _is_product(x.rhs) and _name(x.lhs):
+    for x in walk(body):
+        if isinstance(x, Assign) and _is_product(x.rhs) and _name(x.lhs):
             found[_name(x.lhs)] = x.rhs.out
         elif isinstance(x, Decl) and _is_product(x.init):
             found[x.name] = x.init.out
-        elif dataclasses.is_dataclass(x) and not isinstance(x, (type, Expr)):
-            for f in dataclasses.fields(x):
-                visit(getattr(x, f.name))
-
-    visit(body)
     return found
 
 

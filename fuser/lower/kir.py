@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any, Iterator, Union
 
 from fuser.ir.domain import MemoryType, ParallelType
 from fuser.ir.dtype import DataType
@@ -626,6 +626,17 @@ class Kernel:
     #: theirs exit, on GPUs from sm_90)
     waits_for_prior_grids: bool = True
 
+
+
+def walk(stmts: list) -> Iterator[Any]:
+    """Every statement in `stmts`, those inside loops and conditions included."""
+    for x in stmts:
+        yield x
+        if isinstance(x, For):
+            yield from walk(x.body)
+        elif isinstance(x, If):
+            yield from walk(x.then)
+            yield from walk(x.orelse or [])
 
 
 def substitute(e: Expr, repl: dict[Expr, Expr]) -> Expr:

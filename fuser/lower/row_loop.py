@@ -96,7 +96,7 @@ class RowLoopLowering(ReductionLowering):
         self.body.extend(before_loop)
         rows = [Decl("row", None, None, row_of(it)), *first, *self._alternate_scratch(rows, it)]
         self.body.append(For(it, rounds, rows))
-        if any(isinstance(x, kir.CpAsync) for x in _walk(rows)):
+        if any(isinstance(x, kir.CpAsync) for x in kir.walk(rows)):
             # the copies of the rows after the last (none, or another block's) have landed:
             # none may write the shared memory of a block that has exited
             self.body.append(kir.CpAsyncWait(0))
@@ -108,7 +108,7 @@ class RowLoopLowering(ReductionLowering):
         number of one type), that buffer is doubled and each group of rows takes the half
         its parity picks: then the next row's first one writes only after this row's last
         barrier, and rows need no barrier of their own."""
-        reds = [x for x in _walk(rows) if isinstance(x, BlockAllReduce) and not x.free_after]
+        reds = [x for x in kir.walk(rows) if isinstance(x, BlockAllReduce) and not x.free_after]
         if not reds or reds[0].smem != reds[-1].smem:
             return rows
         smem = reds[0].smem
@@ -185,7 +185,7 @@ class RowLoopLowering(ReductionLowering):
 
         # (a row's scalars, a rstd or a mean, stay direct loads: copied per thread they
         # measured slower, LayerNorm backward bf16 [16384, 4096] 236 us against 196 us)
-        for x in _walk(rows):
+        for x in kir.walk(rows):
             if isinstance(x, kir.VecLoad) and x.n * x.dtype.itemsize in (4, 8, 16):
                 name = _array_of(x.dst)
                 if name in varying:
@@ -211,7 +211,7 @@ class RowLoopLowering(ReductionLowering):
             return None
 
         def is_load(x) -> bool:
-            return any(isinstance(y, kir.VecLoad) and _array_of(y.dst) in stages for y in _walk([x]))
+            return any(isinstance(y, kir.VecLoad) and _array_of(y.dst) in stages for y in kir.walk([x]))
 
         loads = [x for x in rows if is_load(x)]
         offset = self._dynamic_smem
@@ -321,17 +321,6 @@ def _offset_of(dst: kir.Expr) -> kir.Expr:
     if isinstance(dst, kir.AddressOf) and isinstance(dst.value, Element):
         return dst.value.index
     return IntLit(0)
-
-
-def _walk(stmts: list):
-    """Every statement in `stmts`, nested ones included."""
-    for x in stmts:
-        yield x
-        if isinstance(x, For):
-            yield from _walk(x.body)
-        elif isinstance(x, If):
-            yield from _walk(x.then)
-            yield from _walk(x.orelse or [])
 
 
 def _only(stmt, names: set[str], keep: bool = True) -> list:
