@@ -191,9 +191,11 @@ class ReductionLowering:
         #: the full inputs loaded so far (a persistent kernel's stay in registers)
         self._loaded: set[TensorView] = set()
         self._last_stage = 0
-        #: with late loads, the full inputs no stage from the current one on reads: not
-        #: laundered, so their registers are free once read (a launder keeps them live)
-        self._read_no_more: set[TensorView] = set()
+        #: the stage being lowered
+        self._at_stage = 0
+        #: with late loads, per full input the last stage that reads it: a later stage does
+        #: not launder it, so its registers are free once read (a launder keeps them live)
+        self._last_read: dict[TensorView, int] = {}
 
     # --- classification ---------------------------------------------------------------------
     def _class_set(self, loop_axis: IterDomain) -> set[int]:
@@ -358,13 +360,13 @@ class ReductionLowering:
         reductions = self._reductions()
         n_stages = max((self.stage[e.outputs[0]] for e in reductions), default=0)
         self._last_stage = n_stages
-        #: per full input, the last stage that reads it (before any stage keeps a value
-        #: instead of recomputing it: at least as late as the stages will read it)
-        self._last_read: dict[TensorView, int] = {}
-        for k in range(n_stages + 1):
-            reds = [e for e in reductions if self.stage[e.inputs[0]] == k]
-            for tv in self._reads(k, self._needed(k, reds), reds):
-                self._last_read[tv] = k
+        if p.persistent and p.late_loads:
+            # (found before any stage keeps a value instead of recomputing it: at least as
+            # late as the stages will read it)
+            for k in range(n_stages + 1):
+                reds = [e for e in reductions if self.stage[e.inputs[0]] == k]
+                for tv in self._reads(k, self._needed(k, reds), reds):
+                    self._last_read[tv] = k
         if not p.persistent and any(self.full(tv) and self.stage.get(tv, 0) > 0 for tv in self.stage):
             raise NotLowerable("a reduction kernel reuses the reduced axes after a reduction (persistent)")
         for tv in self.fusion.inputs:
@@ -390,7 +392,7 @@ class ReductionLowering:
             return []
         return [kir.Launder(Var(self.regs[tv])) for tv in self.fusion.inputs
                 if isinstance(tv, TensorView) and tv in self.regs and self.full(tv) and tv in self._loaded
-                and tv not in self._read_no_more
+                and self._last_read.get(tv, self._at_stage) >= self._at_stage
                 and not (tv in self._lane_invariant and self.U == 1)]  # (a scalar, not an array)
 
     def _load_reduced_inputs(self) -> None:
@@ -513,8 +515,7 @@ class ReductionLowering:
         p = self.p
         exprs = self._needed(k, reds)
         outs = self._full_outputs(k)
-        if p.persistent and p.late_loads:
-            self._read_no_more = {tv for tv in self._loaded if self._last_read.get(tv, 0) < k}
+        self._at_stage = k
         if not exprs and not reds and not outs and k > 0 and not self._accumulate_columns(k, Var("u"), Var("v")):
             return
         s, u, v = Var("s"), Var("u"), Var("v")
