@@ -165,12 +165,13 @@ def _mixes_outer_groups(sub: SubFusion, outer) -> bool:
     return any(sum(1 for m in masks.values() if down.get(tv, 0) & m) > 1 for tv in sub.tensors())
 
 
-def row_held_bytes(sub: SubFusion, red_classes, n_accumulators: int) -> int:
+def row_held_bytes(sub: SubFusion, red_classes, n_accumulators: int, among: set | None = None) -> int:
     """Bytes an inner-outer kernel holds per element of a row: each fusion input spanning
-    the row's axes, and a float accumulator per outer reduction."""
+    the row's axes (of those `among`, where given), and a float accumulator per outer
+    reduction."""
     # (every input of the segment: another segment's output is read from memory too)
     held = sum(tv.dtype.itemsize for tv in sub.inputs
-               if isinstance(tv, TensorView) and set(sub.classes_of(tv)) & red_classes)
+               if isinstance(tv, TensorView) and set(sub.classes_of(tv)) & red_classes and (among is None or tv in among))
     return held + 4 * n_accumulators
 
 
@@ -277,8 +278,7 @@ def first_pass_bytes(sub: SubFusion, red_classes) -> int:
     for e in reversed(sub.exprs):
         if any(o in need for o in e.outputs):
             need.update(x for x in e.inputs if isinstance(x, TensorView))
-    return sum(tv.dtype.itemsize for tv in sub.inputs
-               if isinstance(tv, TensorView) and set(sub.classes_of(tv)) & red_classes and (up.get(tv, 0) or tv in need))
+    return row_held_bytes(sub, red_classes, 0, need | {tv for tv in sub.inputs if up.get(tv, 0)})
 
 
 #: where an inner-persistent kernel's blocks take groups of rows in turn (a grid of the
@@ -309,8 +309,7 @@ def _loops_rows(sub: SubFusion, geo: ReductionGeometry, waves: bool) -> bool:
     find, id_of = sub.uf.find, sub.a.id_of
     rows = {find(id_of(i)) for i in geo.iter_axes}
     cols = geo_red_classes(sub, geo)
-    return any(isinstance(tv, TensorView) and (set(sub.classes_of(tv)) & cols) and not (set(sub.classes_of(tv)) & rows)
-               for tv in sub.inputs)
+    return any(isinstance(tv, TensorView) and (c := set(sub.classes_of(tv))) & cols and not c & rows for tv in sub.inputs)
 
 
 #: registers a persistent kernel's thread needs besides its held row: indices, the

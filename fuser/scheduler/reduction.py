@@ -253,10 +253,12 @@ class ReductionParams:
     late_loads: bool = False
 
     def __str__(self) -> str:
+        # (the optional fields only where they are set)
+        extra = "".join(f", {k}={v}" for k, v in (("min_blocks", self.min_blocks), ("row_loop", self.row_loop),
+                                                    ("late_loads", self.late_loads)) if v)
         return (f"ReductionParams(inner={self.inner}, persistent={self.persistent}, vectorize={self.vectorize}, "
                 f"bdx={self.bdx}, bdy={self.bdy}, unroll={self.unroll}, grid_y={self.grid_y}, "
-                f"index_type={self.index_type}" + (f", min_blocks={self.min_blocks}" if self.min_blocks else "")
-                + (", row_loop=True" if self.row_loop else "") + (", late_loads=True)" if self.late_loads else ")"))
+                f"index_type={self.index_type}{extra})")
 
     @property
     def threads(self) -> int:
