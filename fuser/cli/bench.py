@@ -543,8 +543,9 @@ def _run_sweeps(names: Sequence[str]) -> int:
         try:
             inputs = f.make_inputs("cuda", shape)
             fd = f.fusion_definition()
+            state = _generator_state(f, inputs)
             got = fd.execute(inputs)
-            ok, msg = _check(f, got, inputs, fd, None)
+            ok, msg = _check(f, got, inputs, fd, state)
             if not ok:
                 print(f"  {f.name} {list(shape)}: MISMATCH {msg}", file=sys.stderr)
                 return None

@@ -643,7 +643,9 @@ class ReductionLowering:
         if self.p.persistent and self.p.inner:
             # the whole row is in registers: two passes over it (the sum, then the squared
             # deviations from the row's mean) cost two float block reductions, far less than
-            # combining Welford triples across the block
+            # combining Welford triples across the block in one (each thread's own mean and
+            # deviations, then Chan's combination; H200, LayerNorm bf16 [16384, 4096] 68.7 ->
+            # 125.9 us, fp32 130.1 -> 159.1)
             add = kir.BinaryOpType.Add
             # every row has all its columns: the count is the row length, no reduction
             again = self._launder_rows()
