@@ -121,7 +121,7 @@ def _value(e: Expr) -> str:
         return emit_unary(e.op, expr(e.operand), e.dtype, e.out)
     if isinstance(e, Binary):
         return emit_binary(e.op, expr(e.lhs), expr(e.rhs), e.lhs_dtype, e.rhs_dtype, e.out, common=e.common,
-                           rounded=e.rounded)
+                           rounded=e.rounded, by_reciprocal=e.by_reciprocal)
     if isinstance(e, Random):
         return emit_random(e.op is RNGOpType.Normal, e.out, e.state, expr(e.seed), expr(e.offset), expr(e.index),
                            (expr(e.params[0]), expr(e.params[1])), e.param_dtypes)

@@ -472,12 +472,13 @@ def _template(table: dict[str, str], kind: str) -> str | None:
 
 
 def emit_binary(op: BinaryOpType, a: str, b: str, a_dt: DataType, b_dt: DataType, out: DataType,
-                *, common: DataType | None = None, rounded: bool = False) -> str:
+                *, common: DataType | None = None, rounded: bool = False, by_reciprocal: bool = False) -> str:
     """`op(a, b)` as a `ctype(out)` expression. Arithmetic runs in `compute_dtype(out)`;
     comparisons and logical ops in `compute_dtype(common)`, where `common` is the operands'
     promoted type (`common_dtype` of the IR operands; default: `promote_types` of the widened
     operand dtypes, right for two tensors); nextafter in `out` itself (half steps by a half ulp).
-    `rounded`: a float or double product as an intrinsic the compiler never fuses into an FMA."""
+    `rounded`: a float or double product as an intrinsic the compiler never fuses into an FMA.
+    `by_reciprocal`: a float or double division as a times 1/b (fuser.preseg.reciprocal_divisors)."""
     for dt in (a_dt, b_dt, out):
         _check_dtype(dt, op.value)
     table = _BINARY.get(op)
@@ -497,6 +498,8 @@ def emit_binary(op: BinaryOpType, a: str, b: str, a_dt: DataType, b_dt: DataType
         template = "fuser::nextafter({}, {})"
     if rounded and op is BinaryOpType.Mul and c in _ROUNDED_MUL:
         template = _ROUNDED_MUL[c]
+    if by_reciprocal and op is BinaryOpType.Div and c in _ROUNDED_MUL:
+        template = "fuser::div_by_reciprocal({}, {})"
     if template is None:
         raise NotImplementedError(
             f"{op.value}: not supported for operands {a_dt}, {b_dt} with a {out} result (computed in {c})"

@@ -1003,6 +1003,7 @@ KNOWN_DISABLE_OPTIONS = frozenset({
     "parallel_serde", "predicate_elimination", "python_inline_definitions", "resize_scheduler", "var_name_remapping",
     "welford_vectorization", "remat", "forwarding", "kernel_cache", "fold_input_broadcasts",
     "tanh_to_sigmoid", "stream_graphs", "rank_agreement", "shared_agreement", "rounded_products",
+    "reciprocal_divisors",
 })
 
 

@@ -140,6 +140,9 @@ class BinaryOp(Expr):
     #: a float product generated code must round on its own, never fuse into an add (set
     #: by the preseg pass fuser.preseg.rounded_products; cloned with the expr)
     rounded = False
+    #: a float division whose quotient may be computed as lhs * (1 / rhs) (set by the preseg
+    #: pass fuser.preseg.reciprocal_divisors; cloned with the expr)
+    by_reciprocal = False
 
 
 class TernaryOp(Expr):

@@ -168,7 +168,8 @@ class Binary(Expr):
     """A Fusion IR binary op. `common`: the type comparisons and logical ops run in (the
     operands' promoted type, which depends on which operands are tensors). `rounded`: a
     float product rounded on its own, which the compiler may not contract into a
-    consumer's add (see `fuser.codegen.contraction`)."""
+    consumer's add (see `fuser.codegen.contraction`). `by_reciprocal`: a float division
+    computed as lhs * (1 / rhs) (see `fuser.preseg.reciprocal_divisors`)."""
 
     op: BinaryOpType
     lhs: Expr
@@ -178,6 +179,7 @@ class Binary(Expr):
     out: DataType
     common: DataType | None = None
     rounded: bool = False
+    by_reciprocal: bool = False
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,7 @@ def arith(e, out: Val, operand: Operand) -> Expr:
         a, b = e.inputs
         # comparisons run in the type PyTorch compares in (a scalar does not widen a tensor)
         return Binary(e.op_type, operand(a), operand(b), a.dtype, b.dtype, out.dtype, common_dtype(a, b),
-                      rounded=e.rounded)
+                      rounded=e.rounded, by_reciprocal=e.by_reciprocal)
     if isinstance(e, TernaryOp):
         a, b, c = e.inputs
         common = common_dtype(a, b) if e.op_type is TernaryOpType.Threshold else None

@@ -13,7 +13,7 @@ from typing import Callable
 from fuser.ir import Fusion, Val
 from fuser.options import disabled
 
-from . import input_broadcast, rounded_products, tanh_sigmoid
+from . import input_broadcast, reciprocal_divisors, rounded_products, tanh_sigmoid
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,7 @@ class Pass:
 PASSES: tuple[Pass, ...] = (
     Pass(input_broadcast.NAME, input_broadcast.applies, input_broadcast.fold_input_broadcasts),
     Pass(tanh_sigmoid.NAME, tanh_sigmoid.applies, tanh_sigmoid.tanh_to_sigmoid),
+    Pass(reciprocal_divisors.NAME, reciprocal_divisors.applies, reciprocal_divisors.mark_reciprocal_divisors),
     # last: it judges the products the rewrites above leave
     Pass(rounded_products.NAME, rounded_products.applies, rounded_products.mark_rounded_products),
 )

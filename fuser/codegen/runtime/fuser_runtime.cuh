@@ -481,6 +481,17 @@ FUSER_DEVICE double frac(double x) { return x - ::trunc(x); }
 FUSER_DEVICE float reciprocal(float x) { return 1.0f / x; }
 FUSER_DEVICE double reciprocal(double x) { return 1.0 / x; }
 
+// a / b as a * (1 / b), for a divisor the same across a row: nvcc computes the reciprocal
+// once and multiplies each element (fuser.preseg.reciprocal_divisors marks where the
+// rounding difference cannot show). Where 1/b overflows (0 < |b| < 2^-128 in float) a * inf
+// would be infinite, so the division is kept there.
+template <typename T>
+FUSER_DEVICE T div_by_reciprocal(T a, T b) {
+  const T r = T(1) / b;
+  if (__builtin_expect(isinf(r) && b != T(0), 0)) return a / b;
+  return a * r;
+}
+
 // sigmoid and silu in float: the fast intrinsics (an ex2.approx and an rcp.approx), not
 // expf and a division (~3x the instructions): GELU rewritten to sigmoid (tanh_to_sigmoid)
 // and SiLU run at copy bandwidth only so. Error: __expf(-x) is within (2 + 1.173|x|) ulp,
