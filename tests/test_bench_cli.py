@@ -433,7 +433,7 @@ def test_sweeps_set_each_value_and_restore_the_constant():
     assert lines[2].split()[:3] == ["16384x4096", "11.0", "<"]  # the fastest marked
     assert lines[2].split()[-1] == "n/a"
     for sw in S.SWEEPS:  # every sweep names a real constant and fusion
-        assert isinstance(sw.current, (int, str))
+        assert isinstance(sw.current, (int, float, str))
         for module, constant, value in sw.fixed:
             assert type(getattr(importlib.import_module(module), constant)) is type(value)
         by_name(sw.fusion)

@@ -70,6 +70,11 @@ SWEEPS: tuple[Sweep, ...] = (
             "after the reductions) and aim their occupancy at what they hold across the reductions")
       for f in ("layernorm_fwd_bf16", "rmsnorm_fwd_bf16", "layernorm_fwd_fp32", "rmsnorm_fwd_fp32",
                 "dropout_add_layernorm_fwd_bf16", "softmax_fwd_bf16")),
+    *(Sweep(f"persistent_wide_{f}", "fuser.scheduler.normalization", "PERSISTENT_WIDE_ABOVE", (0.0, 0.9, 100.0),
+            f, ((16384, 4096), (32768, 2048), (65536, 1024), (16384, 1024)),
+            "issue share above which an inner-persistent thread holds twice PERSISTENT_ELEMENTS of its row "
+            "(0: always; 100: never)")
+      for f in ("rmsnorm_fwd_bf16", "layernorm_fwd_bf16", "softmax_fwd_bf16", "layernorm_fwd_fp32")),
     # seed 001 (one inner-outer kernel, four reductions across rows, 80 registers: 3 blocks of
     # 256 threads per SM), whose sizes its definition fixes
     Sweep("seed001_inner_outer_threads", "fuser.scheduler.normalization", "INNER_OUTER_BLOCK_THREADS",

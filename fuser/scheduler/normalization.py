@@ -190,6 +190,7 @@ def _outer_result_reaches_rows(sub: SubFusion, outer) -> bool:
 # --- heuristics ---------------------------------------------------------------------------------
 
 from .reduction import BLOCK_THREADS, ReductionGeometry, ReductionParams, _pow2_ceil, few_rows_threads  # noqa: E402
+from .issue import issue_share  # noqa: E402
 from .runtime_info import DeviceLimits  # noqa: E402
 
 #: elements of a row each thread holds, as aimed for and at most: on an H100, 16 per
@@ -209,6 +210,18 @@ PREFERRED_MAX_BDX = 256
 #: 384 (LayerNorm fp32, row 16384, 512 threads) the kernel needed 122 registers and ran at
 #: 73% of copy, against 86% with 1024 threads holding 192
 MAX_HELD_BYTES = 192
+#: the issue share (scheduler/issue.py: the SM's instruction slots a segment's arithmetic
+#: takes at the memory's speed) above which an inner-persistent thread holds twice
+#: PERSISTENT_ELEMENTS of its row: half as many threads a row, so its block reductions'
+#: shuffles and barriers cost half as much per element. bf16 rows, 16 -> 32 elements a
+#: thread (128 threads a row of 4096, two rows a block), us at [16384, 4096], [32768, 2048],
+#: [65536, 1024], [16384, 1024]: an H200 (shares: LayerNorm 1.18, softmax 1.00, RMSNorm
+#: 0.93) LayerNorm 68.7 -> 65.7, 68.3 -> 65.6, 68.7 -> 66.7, 19.1 -> 18.5; softmax 68.4 ->
+#: 66.2, 67.4 -> 66.1, 67.0 -> 65.7, 18.9 -> 18.3; RMSNorm 65.8 -> 65.7, 66.3 -> 65.9, 66.4
+#: -> 66.4, 17.2 -> 17.5. An H100 (LayerNorm 0.83, softmax 0.70, RMSNorm 0.65): LayerNorm
+#: 91.2 -> 91.1, 90.8 -> 91.1, 91.0 -> 92.0, 24.3 -> 24.8; softmax level; RMSNorm level but
+#: [16384, 1024] 23.9 -> 37.8. (Measured by aiming at 16 and 32; `bench --sweep persistent_wide_*`)
+PERSISTENT_WIDE_ABOVE = 0.9
 
 
 def inner_persistent_plan(sub: SubFusion) -> tuple[ReductionGeometry, int, ReductionParams]:
@@ -220,11 +233,27 @@ def inner_persistent_plan(sub: SubFusion) -> tuple[ReductionGeometry, int, Reduc
     geo = reduction.geometry(sub, rows=True)
     vec = vectorizable(sub, geo.vector_axis) if geo.vector_axis is not None else []
     width = reduction.vector_width(sub, geo, vec, stride_alignment(sub, vec))
-    return geo, width, inner_persistent_heuristics(sub, geo, width)
+    return geo, width, inner_persistent_heuristics(sub, geo, width, aim=persistent_elements(sub, geo))
+
+
+def persistent_elements(sub: SubFusion, geo: ReductionGeometry) -> int:
+    """Elements of its row an inner-persistent thread aims to hold: PERSISTENT_ELEMENTS,
+    twice that where the segment's arithmetic takes more than PERSISTENT_WIDE_ABOVE of the
+    device's issue slots per element moved (its tensors spanning rows and columns)."""
+    cols = geo_red_classes(sub, geo)
+    rows = {sub.uf.find(sub.a.id_of(i)) for i in geo.iter_axes}
+    moved = 0
+    for tv in {*sub.inputs, *sub.outputs}:
+        if isinstance(tv, TensorView):
+            mine = set(sub.classes_of(tv))
+            if mine & cols and (mine & rows or not rows):
+                moved += tv.dtype.itemsize
+    share = issue_share(sub.exprs, moved, sub.a.info.device_limits)
+    return 2 * PERSISTENT_ELEMENTS if share > PERSISTENT_WIDE_ABOVE else PERSISTENT_ELEMENTS
 
 
 def inner_persistent_heuristics(sub: SubFusion, geo: ReductionGeometry, vectorize: int, *,
-                                extra_held: int = 0) -> ReductionParams:
+                                extra_held: int = 0, aim: int = PERSISTENT_ELEMENTS) -> ReductionParams:
     """Threads per row (a power of two, up to PREFERRED_MAX_BDX, 1024 where a row needs
     them) so that each holds about PERSISTENT_ELEMENTS of the row in registers, then more
     elements per thread; rows per block to make blocks of BLOCK_THREADS threads.
@@ -232,7 +261,7 @@ def inner_persistent_heuristics(sub: SubFusion, geo: ReductionGeometry, vectoriz
     info = sub.a.info
     vecs = -(-geo.n_red // vectorize)
     bdx = min(32, _pow2_ceil(vecs))
-    while -(-vecs // bdx) * vectorize > PERSISTENT_ELEMENTS and bdx < PREFERRED_MAX_BDX:
+    while -(-vecs // bdx) * vectorize > aim and bdx < PREFERRED_MAX_BDX:
         bdx *= 2
     # the kernel holds its tile of every input that spans the reduced axes (rows, weights)
     held = row_held_bytes(sub, geo_red_classes(sub, geo), 0) + extra_held
