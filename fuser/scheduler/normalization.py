@@ -213,7 +213,11 @@ MAX_HELD_BYTES = 192
 #: the issue share (scheduler/issue.py: the SM's instruction slots a segment's arithmetic
 #: takes at the memory's speed) above which an inner-persistent thread holds twice
 #: PERSISTENT_ELEMENTS of its row: half as many threads a row, so its block reductions'
-#: shuffles and barriers cost half as much per element. bf16 rows, 16 -> 32 elements a
+#: shuffles and barriers cost half as much per element, and more of the row is loaded at
+#: once (nvcc, H200 plan: LayerNorm bf16 [16384, 4096] 63 registers, 4 blocks of two rows:
+#: 8 rows an SM in flight against 6 at 40 registers; which of the two gains is not
+#: measured; softmax's cap of 8 blocks spills and is dropped at load: 48 registers, 5 blocks
+#: of two rows, against 8 of one). bf16 rows, 16 -> 32 elements a
 #: thread (128 threads a row of 4096, two rows a block), us at [16384, 4096], [32768, 2048],
 #: [65536, 1024], [16384, 1024]: an H200 (shares: LayerNorm 1.18, softmax 1.00, RMSNorm
 #: 0.93) LayerNorm 68.7 -> 65.7, 68.3 -> 65.6, 68.7 -> 66.7, 19.1 -> 18.5; softmax 68.4 ->
