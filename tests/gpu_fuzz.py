@@ -3355,9 +3355,10 @@ class Summary:
 
 
 def run_cases(n: int, seed: int, device: str, *, start: int = 0, progress: bool = False,
-              family: str | None = None) -> Summary:
+              family: str | None = None, deadline: float | None = None) -> Summary:
     """Generate and run cases start .. start + n - 1 of the stream `seed` (all of one
-    family with `family`); raises GpuRunRefused for a CUDA run that cannot test kernels."""
+    family with `family`), starting none after `deadline` seconds (the summary counts the
+    cases run); raises GpuRunRefused for a CUDA run that cannot test kernels."""
     refusal = gpu_refusal(device)
     if refusal:
         raise GpuRunRefused(refusal)
@@ -3365,6 +3366,8 @@ def run_cases(n: int, seed: int, device: str, *, start: int = 0, progress: bool 
     results = []
     aborted = ""
     for index in range(start, start + n):
+        if deadline is not None and time.time() - t0 > deadline:
+            break
         try:
             case = generate(seed, index, family=family)
         except Exception as err:  # noqa: BLE001
@@ -3432,7 +3435,37 @@ def build_parser() -> argparse.ArgumentParser:
                    help="print the cases' repro scripts (for --device) instead of running them (default: %(default)s)")
     p.add_argument("--progress", action="store_true",
                    help="print a progress line to stderr every 100 cases (default: %(default)s)")
+    p.add_argument("--deadline", type=float, metavar="S", default=None,
+                   help="start no case after S seconds; the summary counts the cases run (default: none)")
+    p.add_argument("--set", action="append", default=[], metavar="MODULE.NAME=VALUE", dest="settings",
+                   help="set a module constant before running (a scheduler or lowering switch, say "
+                        "fuser.scheduler.normalization.PERSISTENT_LATE_LOADS=True; VALUE is a Python literal); "
+                        "repeatable")
     return p
+
+
+def apply_settings(settings: Sequence[str]) -> list[tuple[Any, str, Any]]:
+    """Set each MODULE.NAME=VALUE (VALUE a Python literal) of `settings`; returns (module,
+    name, old value) for each, to undo. A name the module lacks is an error."""
+    import ast
+    import importlib
+
+    done = []
+    for s in settings:
+        target, sep, text = s.partition("=")
+        mod_name, _, name = target.strip().rpartition(".")
+        if not sep or not mod_name:
+            raise ValueError(f"--set {s!r}: expected MODULE.NAME=VALUE")
+        mod = importlib.import_module(mod_name)
+        if not hasattr(mod, name):
+            raise ValueError(f"--set {s!r}: {mod_name} has no {name}")
+        try:
+            value = ast.literal_eval(text.strip())
+        except (ValueError, SyntaxError):
+            raise ValueError(f"--set {s!r}: the value must be a Python literal") from None
+        done.append((mod, name, getattr(mod, name)))
+        setattr(mod, name, value)
+    return done
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -3447,8 +3480,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(generate(args.seed, index, family=args.family).repro(args.device))
         return 0
     try:
+        apply_settings(args.settings)
+    except (ValueError, ImportError) as err:
+        p.error(str(err))
+    try:
         summary = run_cases(args.cases, args.seed, args.device, start=args.start, progress=args.progress,
-                            family=args.family)
+                            family=args.family, deadline=args.deadline)
     except GpuRunRefused as err:
         print(f"gpu fuzz: {err}", flush=True)
         return 2

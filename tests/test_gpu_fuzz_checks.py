@@ -415,3 +415,41 @@ def test_summary_counts_segments():
     s = Summary("cuda", SEED, rs, 0.0)
     assert s.segment_counts() == (2, 1, 1)
     assert s.line().endswith("segments: 2 kernels, 1 reference, 1 expected fallbacks")
+
+
+def test_a_deadline_stops_starting_cases():
+    assert len(gpu_fuzz.run_cases(5, 7, "cpu", deadline=-1.0).results) == 0
+    assert len(gpu_fuzz.run_cases(2, 7, "cpu", deadline=1e9).results) == 2
+
+
+def test_set_applies_module_constants_and_names_bad_ones():
+    from fuser.scheduler import normalization as N
+
+    shipped = N.PERSISTENT_LATE_LOADS
+    undo = gpu_fuzz.apply_settings([f"fuser.scheduler.normalization.PERSISTENT_LATE_LOADS={not shipped}"])
+    try:
+        assert N.PERSISTENT_LATE_LOADS is (not shipped)
+    finally:
+        for mod, name, old in undo:
+            setattr(mod, name, old)
+    assert N.PERSISTENT_LATE_LOADS is shipped
+    for bad, says in (("fuser.scheduler.normalization.NOPE=1", "has no NOPE"),
+                      ("fuser.scheduler.normalization.PERSISTENT_LATE_LOADS=yes", "Python literal"),
+                      ("PERSISTENT_LATE_LOADS", "MODULE.NAME=VALUE")):
+        with pytest.raises(ValueError, match=says):
+            gpu_fuzz.apply_settings([bad])
+
+
+def test_fuzz_parallel_sums_the_summaries_and_flags_failures():
+    import fuzz_parallel as FP
+
+    line = ("gpu fuzz: {} cases, {} mismatches, 0 crashes, 0 fallbacks, 0 generator failures; 0 of 5 elements "
+            "excluded; segments: 7 kernels, 0 reference, 0 expected fallbacks")
+    sums, bad = FP.totals([line.format(10, 0), line.format(4, 1), "killed before its summary"])
+    assert (sums["cases"], sums["mismatches"], sums["kernels"], bad) == (14, 1, 14, [1, 2])
+    import argparse
+
+    args = argparse.Namespace(seed=100, seconds=60.0, mode=["", "a.B=1,c.D='x'"])
+    assert FP.command(0, args)[-2:] == ["--deadline", "60.0"]
+    assert FP.command(3, args)[-4:] == ["--set", "a.B=1", "--set", "c.D='x'"]
+    assert "103" in FP.command(3, args)
