@@ -75,6 +75,19 @@ SWEEPS: tuple[Sweep, ...] = (
             "issue share above which an inner-persistent thread holds twice PERSISTENT_ELEMENTS of its row "
             "(0: always; 100: never)")
       for f in ("rmsnorm_fwd_bf16", "layernorm_fwd_bf16", "softmax_fwd_bf16", "layernorm_fwd_fp32")),
+    # nvFuser's inner-persistent choices (its normalization_inner heuristic): evict-first
+    # row loads and stores, a row a block, a register cap aimed at 28-32 warps an SM
+    *(Sweep(f"persistent_cache_hints_{f}", "fuser.lower.reduction", "PERSISTENT_CACHE_HINTS", ("plain", "streaming"),
+            f, NORM_SHAPES, "an inner-persistent kernel's row tensors loaded and stored plainly or evict-first "
+            "(ld.global.cs / st.global.cs)")
+      for f in ("rmsnorm_fwd_bf16", "layernorm_fwd_bf16", "softmax_fwd_bf16", "layernorm_fwd_fp32")),
+    *(Sweep(f"persistent_block_threads_{f}", "fuser.scheduler.normalization", "PERSISTENT_BLOCK_THREADS",
+            (128, 256, 512), f, NORM_SHAPES, "threads of an inner-persistent block (short rows share one)")
+      for f in ("rmsnorm_fwd_bf16", "layernorm_fwd_bf16", "softmax_fwd_bf16")),
+    *(Sweep(f"persistent_max_warps_{f}", "fuser.scheduler.normalization", "PERSISTENT_MAX_WARPS", (0, 32, 48),
+            f, NORM_SHAPES, "most warps per SM an inner-persistent kernel's register cap aims at (0: as many as "
+            "its registers allow)")
+      for f in ("rmsnorm_fwd_bf16", "layernorm_fwd_bf16", "softmax_fwd_bf16")),
     # seed 001 (one inner-outer kernel, four reductions across rows, 80 registers: 3 blocks of
     # 256 threads per SM), whose sizes its definition fixes
     Sweep("seed001_inner_outer_threads", "fuser.scheduler.normalization", "INNER_OUTER_BLOCK_THREADS",

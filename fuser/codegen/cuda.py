@@ -137,7 +137,8 @@ def statements(stmts: list[Stmt], out: list[str], depth: int) -> None:
             load = "load_vec_stream" if s.stream else "load_vec"
             out.append(f"{pad}fuser::{load}<{ctype(s.dtype)}, {s.n}>({expr(s.dst)}, {expr(s.src)});")
         elif isinstance(s, VecStore):
-            out.append(f"{pad}fuser::store_vec<{ctype(s.dtype)}, {s.n}>({expr(s.dst)}, {expr(s.src)});")
+            store = "store_vec_stream" if s.stream else "store_vec"
+            out.append(f"{pad}fuser::{store}<{ctype(s.dtype)}, {s.n}>({expr(s.dst)}, {expr(s.src)});")
         elif isinstance(s, Comment):
             out.append(f"{pad}// {s.text}")
         elif isinstance(s, CpAsync):

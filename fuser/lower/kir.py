@@ -380,12 +380,14 @@ class VecLoad:
 @dataclass
 class VecStore:
     """`n` consecutive elements of `dtype` from register address `src` to address `dst`, in
-    one access."""
+    one access. `stream`: data the kernel writes once, stored evict-first
+    (`fuser::store_vec_stream`)."""
 
     dtype: DataType
     n: int
     dst: Expr
     src: Expr
+    stream: bool = False
 
 
 @dataclass

@@ -85,6 +85,12 @@ _COSTLY_UNARY = frozenset({
 })
 
 
+#: cache hints of an inner-persistent kernel's row tensors (spanning rows and columns, so
+#: read or written once): "plain"; "streaming", loaded with ld.global.cs and stored with
+#: st.global.cs (evict first), as nvFuser's inner-persistent kernels do. Weights (columns
+#: only) load plainly either way. Not yet timed: `bench --sweep persistent_cache_hints_*`.
+PERSISTENT_CACHE_HINTS = "plain"
+
 #: the most shared memory a column reduction's tile of lanes may take to be combined over
 #: the block at once (see ReductionLowering._tiled); a persistent kernel takes two
 TILE_SMEM_BYTES = 16 * 1024
@@ -140,6 +146,9 @@ class ReductionLowering:
             columns = plan.known - sub.reshape_closure(kept)
         self._is_full = {tv: any(find(id_of(i)) in columns for i in tv.logical_no_reductions() if not i.is_broadcast)
                          for tv in fusion.tensors()}
+        # the tensors with an axis besides the columns (a row tensor, not a weight)
+        self._spans_rows = {tv for tv in fusion.tensors()
+                            if any(find(id_of(i)) not in columns for i in tv.logical_no_reductions() if not i.is_broadcast)}
         # the reference's own reduction axes (it may be a reduction's output) iterate nothing here
         loop = [i for i in ref.domain.loop if not i.is_broadcast and not i.is_reduction]
         merged_red = [i for i in loop if self._class_set(i) <= columns]
@@ -678,6 +687,12 @@ class ReductionLowering:
         softmax, RMSNorm and LayerNorm forward fp32 [16384, 4096] 180.5-181.0 -> 182.7-186.1)."""
         return not any(isinstance(o, TensorView) and self.full(o) for o in self.fusion.outputs)
 
+    def _streams(self, tv: TensorView) -> bool:
+        """Whether `tv` is loaded or stored evict-first as a row tensor of an inner-persistent
+        kernel (PERSISTENT_CACHE_HINTS)."""
+        return (PERSISTENT_CACHE_HINTS == "streaming" and self.p.persistent and self.p.inner
+                and self.full(tv) and tv in self._spans_rows)
+
     def _load_full(self, tv: TensorView, s, u) -> list:
         return self._access_full(tv, s, u, load=True)
 
@@ -697,8 +712,8 @@ class ReductionLowering:
             mem = AddressOf(Element(ptr, _subst_v_expr(off, IntLit(0))))
             reg = AddressOf(Element(Var(self.regs[tv]), u * self.V))
             if load:
-                return [VecLoad(tv.dtype, self.V, reg, mem, stream=self._stream_loads())]
-            return [VecStore(tv.dtype, self.V, mem, reg)]
+                return [VecLoad(tv.dtype, self.V, reg, mem, stream=self._stream_loads() or self._streams(tv))]
+            return [VecStore(tv.dtype, self.V, mem, reg, stream=self._streams(tv))]
         if load and tv in self._lane_invariant:
             return [Assign(self._reg(tv, u, IntLit(0)), Element(ptr, _subst_v_expr(off, IntLit(0))))]
         pair = (self._reg(tv, u, v), Element(ptr, off))

@@ -226,6 +226,14 @@ MAX_HELD_BYTES = 192
 #: 91.2 -> 91.1, 90.8 -> 91.1, 91.0 -> 92.0, 24.3 -> 24.8; softmax level; RMSNorm level but
 #: [16384, 1024] 23.9 -> 37.8. (Measured by aiming at 16 and 32; `bench --sweep persistent_wide_*`)
 PERSISTENT_WIDE_ABOVE = 0.9
+#: threads of an inner-persistent block (rows of fewer threads share one); nvFuser gives a
+#: block one row (128 threads for a row of 32 elements a thread). Not yet timed against
+#: BLOCK_THREADS: `bench --sweep persistent_block_threads_*`
+PERSISTENT_BLOCK_THREADS = BLOCK_THREADS
+#: the most warps per SM an inner-persistent kernel's register cap aims at (0: as many as
+#: its estimated registers allow); nvFuser aims at 28-32 warps and gives each thread the
+#: registers that leaves (64 or 72). Not yet timed: `bench --sweep persistent_max_warps_*`
+PERSISTENT_MAX_WARPS = 0
 
 
 def inner_persistent_plan(sub: SubFusion) -> tuple[ReductionGeometry, int, ReductionParams]:
@@ -237,7 +245,13 @@ def inner_persistent_plan(sub: SubFusion) -> tuple[ReductionGeometry, int, Reduc
     geo = reduction.geometry(sub, rows=True)
     vec = vectorizable(sub, geo.vector_axis) if geo.vector_axis is not None else []
     width = reduction.vector_width(sub, geo, vec, stride_alignment(sub, vec))
-    return geo, width, inner_persistent_heuristics(sub, geo, width, aim=persistent_elements(sub, geo))
+    p = inner_persistent_heuristics(sub, geo, width, aim=persistent_elements(sub, geo))
+    if PERSISTENT_MAX_WARPS and p.min_blocks:
+        import dataclasses
+
+        warps = p.bdx * p.bdy // sub.a.info.device_limits.warp_size
+        p = dataclasses.replace(p, min_blocks=max(1, min(p.min_blocks, PERSISTENT_MAX_WARPS // max(warps, 1))))
+    return geo, width, p
 
 
 def persistent_elements(sub: SubFusion, geo: ReductionGeometry) -> int:
@@ -276,7 +290,7 @@ def inner_persistent_heuristics(sub: SubFusion, geo: ReductionGeometry, vectoriz
     batch = max(1, -(-vecs // bdx))
     if batch * vectorize > MAX_PERSISTENT_ELEMENTS:
         raise ValueError(f"a row of {geo.n_red} elements needs {batch * vectorize} registers in each of {bdx} threads")
-    bdy = max(1, min(BLOCK_THREADS // bdx, _pow2_ceil(geo.n_iter)))
+    bdy = max(1, min(PERSISTENT_BLOCK_THREADS // bdx, _pow2_ceil(geo.n_iter)))
     sms = info.device_limits.sm_count
     if -(-geo.n_iter // bdy) < sms:
         # too few rows to give every SM a block: a row a block, over more threads

@@ -353,7 +353,7 @@ FUSER_DEVICE void cp_async_wait() {
 }
 
 // dst[0..N) = src[0..N) with one 2/4/8/16-byte store; `dst` aligned as `src` of load_vec.
-template <typename T, int N>
+template <typename T, int N, bool Stream = false>
 FUSER_DEVICE void store_vec(T* dst, const T* src) {
   typedef detail::Vec<T, N> V;
 #pragma unroll
@@ -361,9 +361,26 @@ FUSER_DEVICE void store_vec(T* dst, const T* src) {
     typename V::Pun u;
 #pragma unroll
     for (int e = 0; e < V::per_word; ++e) u.e[e] = src[k * V::per_word + e];
-    reinterpret_cast<typename V::word*>(dst)[k] = u.w;
+    typename V::word* p = reinterpret_cast<typename V::word*>(dst) + k;
+    if constexpr (Stream && V::word_bytes >= 4) {  // (1- and 2-byte words store plainly)
+      const unsigned* w = reinterpret_cast<const unsigned*>(&u.w);
+      if constexpr (V::word_bytes == 16) {
+        asm volatile("st.global.cs.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(w[0]), "r"(w[1]), "r"(w[2]), "r"(w[3])
+                     : "memory");
+      } else if constexpr (V::word_bytes == 8) {
+        asm volatile("st.global.cs.v2.u32 [%0], {%1, %2};" ::"l"(p), "r"(w[0]), "r"(w[1]) : "memory");
+      } else {
+        asm volatile("st.global.cs.u32 [%0], %1;" ::"l"(p), "r"(w[0]) : "memory");
+      }
+    } else {
+      *p = u.w;
+    }
   }
 }
+
+// store_vec for data written once (st.global.cs: evict first; see kir.VecStore.stream)
+template <typename T, int N>
+FUSER_DEVICE void store_vec_stream(T* dst, const T* src) { store_vec<T, N, true>(dst, src); }
 template <typename T, int N>
 FUSER_DEVICE void store_vec(T* dst, const Array<T, N>& src) { store_vec<T, N>(dst, src.array); }
 

@@ -1,0 +1,78 @@
+"""nvFuser's inner-persistent choices as switches of fuser's, for sweeping
+(`bench --sweep persistent_cache_hints_* persistent_block_threads_* persistent_max_warps_*`):
+evict-first row loads and stores (lower.reduction.PERSISTENT_CACHE_HINTS), threads a block
+(normalization.PERSISTENT_BLOCK_THREADS), and a register cap aimed at fewer warps an SM
+(normalization.PERSISTENT_MAX_WARPS). Off by default: the shipped kernels are unchanged.
+Generated without a GPU, compiled with nvcc, simulated on the CPU against the reference,
+and on the GPU against eager PyTorch."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from cuda_units import compile_all, ptx_of
+from fuser.frontend.cache import FusionCache
+from fuser.lower import reduction as lred
+from fuser.scheduler import normalization as N
+from fuser.scheduler.runtime_info import TARGET_ENV
+from test_row_loop import CASES, GPU_CASES, _bench_code, _case_inputs, bench_case_on_gpu
+
+
+@pytest.fixture
+def choose(monkeypatch):
+    def set_(hints: str = "plain", threads: int = N.PERSISTENT_BLOCK_THREADS, warps: int = 0) -> None:
+        monkeypatch.setattr(lred, "PERSISTENT_CACHE_HINTS", hints)
+        monkeypatch.setattr(N, "PERSISTENT_BLOCK_THREADS", threads)
+        monkeypatch.setattr(N, "PERSISTENT_MAX_WARPS", warps)
+        FusionCache.reset()
+
+    yield set_
+    FusionCache.reset()
+
+
+def test_streaming_hints_evict_the_row_first_and_keep_the_weights(choose):
+    choose("plain")
+    plain = _bench_code("layernorm_fwd_bf16", (16384, 4096))
+    assert "load_vec_stream" not in plain and "store_vec_stream" not in plain
+    choose("streaming")
+    src = _bench_code("layernorm_fwd_bf16", (16384, 4096))
+    assert re.search(r"load_vec_stream<__bfloat, 8>\(&r0\[u \* 8\], &T0\[", src)  # the row
+    assert re.search(r"fuser::load_vec<__bfloat, 8>\(&r1\[u \* 8\], &T1\[", src)  # the weight, plainly
+    assert src.count("store_vec_stream<__bfloat, 8>") == 1  # the output row (mean and rstd: one a row)
+    ptx = ptx_of(src)
+    assert "st.global.cs.v4.u32" in ptx and "ld.global.cs.v4.u32" in ptx
+    assert compile_all([plain, src])[:4] == b"\x7fELF"
+
+
+def test_block_threads_and_warps_shape_the_launch(choose, monkeypatch):
+    monkeypatch.setenv(TARGET_ENV, "h200")  # (rows of 128 threads there)
+    choose()
+    assert "__launch_bounds__(256, 4)" in _bench_code("layernorm_fwd_bf16", (16384, 4096))
+    choose(threads=128)
+    assert "__launch_bounds__(128, " in _bench_code("layernorm_fwd_bf16", (16384, 4096))
+    monkeypatch.setenv(TARGET_ENV, "h100")
+    choose()
+    assert "__launch_bounds__(256, 8)" in _bench_code("rmsnorm_fwd_bf16", (16384, 4096))
+    choose(warps=32)  # 8 warps a block: 4 blocks, so up to 64 registers a thread
+    src = _bench_code("rmsnorm_fwd_bf16", (16384, 4096))
+    assert "__launch_bounds__(256, 4)" in src
+    assert compile_all([src])[:4] == b"\x7fELF"
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_streaming_kernels_simulate_to_the_reference(choose, name):
+    from kernel_sim import simulate_fusion
+
+    choose("streaming", threads=128)
+    fd, xs = _case_inputs(name)
+    report = simulate_fusion(fd, xs, resident=3)
+    assert report.ok and report.status == "ok", str(report)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name,shape", GPU_CASES, ids=[f"{n}@{'x'.join(map(str, s))}" for n, s in GPU_CASES])
+def test_the_choices_match_eager_on_the_gpu(choose, poisoned_kernel_outputs, name, shape):
+    pytest.importorskip("pycuda")
+    choose("streaming", threads=128, warps=32)
+    bench_case_on_gpu(name, shape, seed=3)
