@@ -31,6 +31,7 @@ def choose(monkeypatch):
     FusionCache.reset()
 
 
+@pytest.mark.nvcc
 def test_streaming_hints_evict_the_row_first_and_keep_the_weights(choose):
     choose("plain")
     plain = _bench_code("layernorm_fwd_bf16", (16384, 4096))
@@ -45,6 +46,7 @@ def test_streaming_hints_evict_the_row_first_and_keep_the_weights(choose):
     assert compile_all([plain, src])[:4] == b"\x7fELF"
 
 
+@pytest.mark.nvcc
 def test_block_threads_and_warps_shape_the_launch(choose, monkeypatch):
     monkeypatch.setenv(TARGET_ENV, "h200")  # (rows of 128 threads there)
     choose()
