@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--gpus", type=int, default=1, help="GPUs to spread them over (default: 1)")
     p.add_argument("--seconds", type=float, required=True, help="start no case after this many seconds")
     p.add_argument("--seed", type=int, default=0, help="process i fuzzes stream seed + i (default: 0)")
-    p.add_argument("--mode", action="append", help="comma-separated gpu_fuzz --set items; repeat for more modes")
+    p.add_argument("--mode", action="append", help="comma-separated gpu_fuzz --set items; repeat for more modes (default: the shipped settings)")
     p.add_argument("--logs", default="fuzz_logs", help="directory for the processes' logs (default: fuzz_logs)")
     args = p.parse_args(argv)
     logs = Path(args.logs)

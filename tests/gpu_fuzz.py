@@ -3440,7 +3440,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", default=[], metavar="MODULE.NAME=VALUE", dest="settings",
                    help="set a module constant before running (a scheduler or lowering switch, say "
                         "fuser.scheduler.normalization.PERSISTENT_LATE_LOADS=True; VALUE is a Python literal); "
-                        "repeatable")
+                        "repeatable (default: none)")
     return p
 
 
