@@ -110,3 +110,49 @@ def test_an_input_read_only_in_the_first_pass_is_let_go_and_counted(late):
     assert "fuser::launder(r1);" in early[early.index("block_allreduce_x"):]
     bounds = re.findall(r"__launch_bounds__\(256, (\d+)\)", src)
     assert bounds == re.findall(r"__launch_bounds__\(256, (\d+)\)", early) == ["5"]
+
+
+# --- the shipped rule: late loads where the kernel keeps a value across a reduction ----------------
+
+
+def _late_planned(name: str, shape) -> str:
+    from fuser.benchmarks import fusions as F
+
+    FusionCache.reset()
+    f = F.by_name(name)
+    fd = F.define(name)
+    src = fd.cuda_code_for([x.to("meta") for x in f.inputs(torch.device("cpu"), shape)])
+    return "late" if _loads_after_last_reduction(src) else "early"
+
+
+def _loads_after_last_reduction(src: str) -> bool:
+    """Whether some input is loaded after the kernel's last block reduction (late loads)."""
+    last = src.rindex("block_allreduce_x")
+    return bool(re.search(r"load_vec(_stream)?<", src[last:]))
+
+
+@pytest.mark.parametrize("name,shape,want", [
+    ("dropout_add_layernorm_fwd_bf16", (16384, 4096), "late"),  # keeps its random numbers
+    ("dropout_add_layernorm_fwd_fp32", (16384, 4096), "late"),
+    ("dropout_add_layernorm_fwd_bf16", (128, 1000), "early"),  # one wave of blocks: latency exposed
+    ("layernorm_fwd_bf16", (16384, 4096), "early"),  # keeps nothing
+    ("rmsnorm_fwd_fp32", (16384, 4096), "early"),
+    ("softmax_fwd_bf16", (16384, 4096), "early"),  # keeps exp, but has no input to load later
+])
+def test_the_shipped_rule_loads_late_where_the_kernel_keeps_a_value(monkeypatch, name, shape, want):
+    monkeypatch.setattr(normalization, "PERSISTENT_LATE_LOADS", "kept")
+    assert _late_planned(name, shape) == want
+    monkeypatch.setattr(normalization, "PERSISTENT_LATE_LOADS", False)  # the check can fail
+    assert _late_planned(name, shape) == "early"
+    FusionCache.reset()
+
+
+def test_keeps_across_reductions_follows_the_values_not_the_reduction_inputs():
+    from fuser.benchmarks import fusions as F
+    from fuser.scheduler.analysis import FusionAnalysis
+
+    seen = {name: normalization.keeps_across_reductions(FusionAnalysis(F.define(name).fusion).whole())
+            for name in ("dropout_add_layernorm_fwd_bf16", "softmax_fwd_bf16", "layernorm_fwd_bf16")}
+    # dropout's random numbers feed the row the later passes recompute; softmax's exp, read
+    # after its sum; LayerNorm recomputes everything from the loaded row
+    assert seen == {"dropout_add_layernorm_fwd_bf16": True, "softmax_fwd_bf16": True, "layernorm_fwd_bf16": False}

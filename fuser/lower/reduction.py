@@ -37,6 +37,7 @@ from fuser.ir import (
 from fuser.ir.exprs import BinaryOpType, UnaryOpType
 from fuser.ir.dtype import compute_dtype
 from fuser.scheduler.analysis import RESHAPE, SubFusion, expr_kind, REDUCTION
+from fuser.scheduler.issue import kept_in_registers
 from fuser.scheduler.normalization import OUTER_PERSISTENT_MIN_BLOCKS
 from fuser.scheduler.reduction import ReductionParams
 
@@ -73,16 +74,6 @@ from .values import tensor_value
 
 _INDEX_DTYPE = {"int32": DataType.Int32, "int64": DataType.Int}
 
-#: ops whose values a persistent kernel keeps in registers across a reduction rather than
-#: recomputing them from the loaded row: many instructions each (softmax's exp: keeping
-#: it measured +10 points of copy bandwidth for bf16 [16384, 4096] on an H100)
-_COSTLY_UNARY = frozenset({
-    UnaryOpType.Exp, UnaryOpType.Exp2, UnaryOpType.Expm1, UnaryOpType.Log, UnaryOpType.Log10, UnaryOpType.Log1p,
-    UnaryOpType.Log2, UnaryOpType.Tanh, UnaryOpType.Sigmoid, UnaryOpType.Silu, UnaryOpType.Erf, UnaryOpType.Erfc,
-    UnaryOpType.Erfinv, UnaryOpType.Erfcinv, UnaryOpType.Lgamma, UnaryOpType.Sin, UnaryOpType.Cos, UnaryOpType.Tan,
-    UnaryOpType.Sinh, UnaryOpType.Cosh, UnaryOpType.Asin, UnaryOpType.Acos, UnaryOpType.Atan, UnaryOpType.Asinh,
-    UnaryOpType.Acosh, UnaryOpType.Atanh,
-})
 
 
 #: cache hints of an inner-persistent kernel's row tensors (spanning rows and columns, so
@@ -102,12 +93,6 @@ TILE_SMEM_BYTES = 16 * 1024
 FIXED_BDX_MAX = 256
 
 
-def _costly(e) -> bool:
-    if isinstance(e, UnaryOp):
-        return e.op_type in _COSTLY_UNARY
-    if isinstance(e, RNGOp):  # ten Philox rounds per block of numbers
-        return True
-    return isinstance(e, BinaryOp) and e.op_type in (BinaryOpType.Pow, BinaryOpType.Atan2)
 
 
 def _tid(p: ParallelType) -> kir.Expr:
@@ -551,7 +536,7 @@ class ReductionLowering:
         for e in exprs:
             if not (isinstance(e, (ReductionOp, WelfordOp)) and expr_kind(e) == REDUCTION):
                 compute.extend(self._compute(e, u, v))
-                if p.persistent and _costly(e):
+                if p.persistent and kept_in_registers(e):
                     self._kept.update(o for o in e.outputs if isinstance(o, TensorView) and self.full(o))
         row0, col0 = self._row_col(s, u, IntLit(0))
         pred = all_of([c for c in (self._row_ok(row0), lt(col0, self.n_cols)) if c is not None])

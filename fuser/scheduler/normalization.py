@@ -190,7 +190,7 @@ def _outer_result_reaches_rows(sub: SubFusion, outer) -> bool:
 # --- heuristics ---------------------------------------------------------------------------------
 
 from .reduction import BLOCK_THREADS, ReductionGeometry, ReductionParams, _pow2_ceil, few_rows_threads  # noqa: E402
-from .issue import issue_share  # noqa: E402
+from .issue import issue_share, kept_in_registers  # noqa: E402
 from .runtime_info import DeviceLimits  # noqa: E402
 
 #: elements of a row each thread holds, as aimed for and at most: on an H100, 16 per
@@ -298,6 +298,10 @@ def inner_persistent_heuristics(sub: SubFusion, geo: ReductionGeometry, vectoriz
         bdy, bdx = 1, few_rows_threads(vecs, vectorize, bdx)
         batch = max(1, -(-vecs // bdx))  # (rows of no elements hold one vector, unread)
     late = PERSISTENT_LATE_LOADS
+    if late == "kept":
+        # (in a single wave of blocks a late load's latency is exposed, not hidden by others)
+        late = (-(-geo.n_iter // bdy) > sms and keeps_across_reductions(sub)
+                and first_pass_bytes(sub, geo_red_classes(sub, geo)) < held)
     # (what the kernel holds at once: with late loads, what its first pass reads)
     across = first_pass_bytes(sub, geo_red_classes(sub, geo)) + extra_held if late else held
     min_blocks = persistent_min_blocks(info.device_limits, bdx * bdy, batch * vectorize * across)
@@ -308,12 +312,48 @@ def inner_persistent_heuristics(sub: SubFusion, geo: ReductionGeometry, vectoriz
                            row_loop=loop, late_loads=late)
 
 
-#: an inner-persistent kernel loads each input at the first pass over its rows that reads
-#: it (a norm's weight and bias after its reductions) rather than all with the row, and
-#: its occupancy target counts only the inputs its first pass reads. LayerNorm bf16
-#: [16384, 4096] then compiles to 32 registers with no spill (8 blocks of 256 threads per
-#: SM) against 40 (6 blocks): nvcc --resource-usage, sm_90. Not yet timed: off.
-PERSISTENT_LATE_LOADS = False
+#: where an inner-persistent kernel loads each input at the first pass over its rows that
+#: reads it (a norm's weight and bias after its reductions) rather than all with the row,
+#: its occupancy target counting only the inputs its first pass reads: False, True, or
+#: "kept": where the kernel also keeps a value in registers across a reduction
+#: (`issue.kept_in_registers`: random numbers, exp) and some input is read only later.
+#: Measured (`bench --sweep persistent_late_loads_*`, us, early -> late, at [16384, 4096],
+#: [8192, 8192], [2048, 16384], [16384, 1024], [65536, 1024]): dropout + add + LayerNorm
+#: bf16 (keeps its random numbers) H100 228.1 -> 216.2, 340.7 -> 242.3, 157.5 -> 154.0,
+#: 59.8 -> 57.8, 223.6 -> 215.4; H200 225.6 -> 214.4, 333.0 -> 239.9, 154.4 -> 150.4, 58.4
+#: -> 56.8, 220.4 -> 213.5 (nvcc: both forms spill at their caps, which are dropped at
+#: load; uncapped the early one takes 80 registers, 92 at [8192, 8192], the late 63, 64).
+#: Keeping nothing, late loads gained nothing: LayerNorm bf16 H100 90.8 -> 91.5 ... 91.0 ->
+#: 92.0, H200 69.2 -> 68.9, 66.6 -> 68.0, 41.9 -> 37.4, 19.2 -> 20.0, 69.2 -> 68.3; RMSNorm
+#: fp32 H100 179.4 -> 180.5 ... 179.6 -> 180.9 (2048 x 16384: 93.2 -> 92.4), LayerNorm and
+#: RMSNorm fp32 on the H200 likewise slower but at [2048, 16384].
+PERSISTENT_LATE_LOADS = "kept"
+
+
+def keeps_across_reductions(sub: SubFusion) -> bool:
+    """Whether a persistent kernel over `sub` keeps a value in registers across a
+    reduction: one `issue.kept_in_registers` computes, that a value after a reduction it
+    does not follow depends on (other than through that reduction)."""
+    from fuser.ir import ReductionOp
+
+    down, _ = sub._flow(sub.reductions())
+    exprs = sub.exprs
+    for k, e in enumerate(exprs):
+        if not kept_in_registers(e):
+            continue
+        for t in e.outputs:
+            if not isinstance(t, TensorView):
+                continue
+            before = down.get(t, 0)
+            reach = {t}
+            for f in exprs[k + 1:]:
+                if isinstance(f, (ReductionOp, WelfordOp)):
+                    continue  # (what a reduction reads, its first pass has)
+                if any(v in reach for v in f.inputs):
+                    reach.update(o for o in f.outputs if isinstance(o, TensorView))
+            if any(down.get(w, 0) & ~before for w in reach):
+                return True
+    return False
 
 
 def first_pass_bytes(sub: SubFusion, red_classes) -> int:
