@@ -99,3 +99,21 @@ def fixed_addresses(monkeypatch):
     FusionCache.reset()
     yield
     FusionCache.reset()
+
+
+@pytest.fixture
+def switches(monkeypatch):
+    """Set a scheduler's or lowering's module constants for one test:
+    `switches(module, NAME=value, ...)`, with fuser's caches fresh after each call and at
+    teardown (segmentations and kernels are cached per input signature, with the
+    heuristics that read the constants)."""
+    from fuser.frontend.cache import FusionCache
+
+    def set_(module, **values) -> None:
+        for name, value in values.items():
+            assert hasattr(module, name), f"{module.__name__} has no {name}"
+            monkeypatch.setattr(module, name, value)
+        FusionCache.reset()
+
+    yield set_
+    FusionCache.reset()

@@ -18,15 +18,12 @@ from test_row_loop import CASES, GPU_CASES, _bench_code, _case_inputs, bench_cas
 
 
 @pytest.fixture
-def late(monkeypatch):
+def late(switches):
     def set_(on: bool = True, loop: str = "never", loads: str = "direct") -> None:
-        monkeypatch.setattr(normalization, "PERSISTENT_LATE_LOADS", on)
-        monkeypatch.setattr(normalization, "PERSISTENT_ROW_LOOP", loop)
-        monkeypatch.setattr(row_loop, "ROW_LOOP_LOADS", loads)
-        FusionCache.reset()
+        switches(row_loop, ROW_LOOP_LOADS=loads)
+        switches(normalization, PERSISTENT_LATE_LOADS=on, PERSISTENT_ROW_LOOP=loop)
 
-    yield set_
-    FusionCache.reset()
+    return set_
 
 
 def test_a_layernorms_weight_and_bias_load_after_its_reductions(late):

@@ -12,7 +12,6 @@ import re
 import pytest
 
 from cuda_units import compile_all, ptx_of
-from fuser.frontend.cache import FusionCache
 from fuser.lower import reduction as lred
 from fuser.scheduler import normalization as N
 from fuser.scheduler.runtime_info import TARGET_ENV
@@ -20,15 +19,12 @@ from test_row_loop import CASES, GPU_CASES, _bench_code, _case_inputs, bench_cas
 
 
 @pytest.fixture
-def choose(monkeypatch):
+def choose(switches):
     def set_(hints: str = "plain", threads: int = N.PERSISTENT_BLOCK_THREADS, warps: int = 0) -> None:
-        monkeypatch.setattr(lred, "PERSISTENT_CACHE_HINTS", hints)
-        monkeypatch.setattr(N, "PERSISTENT_BLOCK_THREADS", threads)
-        monkeypatch.setattr(N, "PERSISTENT_MAX_WARPS", warps)
-        FusionCache.reset()
+        switches(lred, PERSISTENT_CACHE_HINTS=hints)
+        switches(N, PERSISTENT_BLOCK_THREADS=threads, PERSISTENT_MAX_WARPS=warps)
 
-    yield set_
-    FusionCache.reset()
+    return set_
 
 
 @pytest.mark.nvcc

@@ -10,7 +10,6 @@ import torch
 from cuda_units import compile_all
 from fuser import DataType, FusionDefinition
 from fuser.benchmarks import fusions as F
-from fuser.frontend.cache import FusionCache
 from fuser.lower import row_loop
 from fuser.scheduler import normalization
 
@@ -19,17 +18,14 @@ LOOP = "for (nvfuser_index_t it = 0;"
 
 
 @pytest.fixture
-def loop(monkeypatch):
-    """Set the row loop's mode and loads (fresh caches: segmentations and kernels are cached
-    per input signature, with the heuristics that read the constants)."""
+def loop(switches):
+    """Set the row loop's mode and loads (the `switches` fixture: fresh caches)."""
 
     def set_(mode: str, loads: str = "direct") -> None:
-        monkeypatch.setattr(normalization, "PERSISTENT_ROW_LOOP", mode)
-        monkeypatch.setattr(row_loop, "ROW_LOOP_LOADS", loads)
-        FusionCache.reset()
+        switches(row_loop, ROW_LOOP_LOADS=loads)
+        switches(normalization, PERSISTENT_ROW_LOOP=mode)
 
-    yield set_
-    FusionCache.reset()
+    return set_
 
 
 def _bench_code(name: str, shape: tuple[int, ...]) -> str:
