@@ -11,7 +11,6 @@ import pytest
 import torch
 
 from cuda_units import compile_all
-from fuser.frontend.cache import FusionCache
 from fuser.lower import row_loop
 from fuser.scheduler import normalization
 from test_row_loop import CASES, GPU_CASES, _bench_code, _case_inputs, bench_case_on_gpu
@@ -113,19 +112,9 @@ def test_an_input_read_only_in_the_first_pass_is_let_go_and_counted(late):
 
 
 def _late_planned(name: str, shape) -> str:
-    from fuser.benchmarks import fusions as F
-
-    FusionCache.reset()
-    f = F.by_name(name)
-    fd = F.define(name)
-    src = fd.cuda_code_for([x.to("meta") for x in f.inputs(torch.device("cpu"), shape)])
-    return "late" if _loads_after_last_reduction(src) else "early"
-
-
-def _loads_after_last_reduction(src: str) -> bool:
-    """Whether some input is loaded after the kernel's last block reduction (late loads)."""
-    last = src.rindex("block_allreduce_x")
-    return bool(re.search(r"load_vec(_stream)?<", src[last:]))
+    """"late" where the bench fusion's kernel loads an input after its last block reduction."""
+    src = _bench_code(name, shape)
+    return "late" if re.search(r"load_vec(_stream)?<", src[src.rindex("block_allreduce_x"):]) else "early"
 
 
 @pytest.mark.parametrize("name,shape,want", [
@@ -136,12 +125,11 @@ def _loads_after_last_reduction(src: str) -> bool:
     ("rmsnorm_fwd_fp32", (16384, 4096), "early"),
     ("softmax_fwd_bf16", (16384, 4096), "early"),  # keeps exp, but has no input to load later
 ])
-def test_the_shipped_rule_loads_late_where_the_kernel_keeps_a_value(monkeypatch, name, shape, want):
-    monkeypatch.setattr(normalization, "PERSISTENT_LATE_LOADS", "kept")
+def test_the_shipped_rule_loads_late_where_the_kernel_keeps_a_value(switches, name, shape, want):
+    switches(normalization, PERSISTENT_LATE_LOADS="kept")
     assert _late_planned(name, shape) == want
-    monkeypatch.setattr(normalization, "PERSISTENT_LATE_LOADS", False)  # the check can fail
+    switches(normalization, PERSISTENT_LATE_LOADS=False)  # the check can fail
     assert _late_planned(name, shape) == "early"
-    FusionCache.reset()
 
 
 def test_keeps_across_reductions_follows_the_values_not_the_reduction_inputs():

@@ -498,7 +498,7 @@ def emit_binary(op: BinaryOpType, a: str, b: str, a_dt: DataType, b_dt: DataType
         template = "fuser::nextafter({}, {})"
     if rounded and op is BinaryOpType.Mul and c in _ROUNDED_MUL:
         template = _ROUNDED_MUL[c]
-    if by_reciprocal and op is BinaryOpType.Div and c in _ROUNDED_MUL:
+    if by_reciprocal and op is BinaryOpType.Div and c in (DataType.Float, DataType.Double):
         template = "fuser::div_by_reciprocal({}, {})"
     if template is None:
         raise NotImplementedError(

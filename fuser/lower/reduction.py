@@ -22,19 +22,15 @@ registers in every stage; a reduction kernel has one stage of full expressions.
 from __future__ import annotations
 
 from fuser.ir import (
-    BinaryOp,
     DataType,
     Fusion,
     IterDomain,
     ParallelType,
     ReductionOp,
-    RNGOp,
     TensorView,
-    UnaryOp,
     Val,
     WelfordOp,
 )
-from fuser.ir.exprs import BinaryOpType, UnaryOpType
 from fuser.ir.dtype import compute_dtype
 from fuser.scheduler.analysis import RESHAPE, SubFusion, expr_kind, REDUCTION
 from fuser.scheduler.issue import kept_in_registers
@@ -74,8 +70,6 @@ from .values import tensor_value
 
 _INDEX_DTYPE = {"int32": DataType.Int32, "int64": DataType.Int}
 
-
-
 #: cache hints of an inner-persistent kernel's row tensors (spanning rows and columns, so
 #: read or written once): "plain"; "streaming", loaded with ld.global.cs and stored with
 #: st.global.cs (evict first), as nvFuser's inner-persistent kernels do. Weights (columns
@@ -91,8 +85,6 @@ TILE_SMEM_BYTES = 16 * 1024
 #: fewer measured slower); wider ones read it at run time: the constant made LayerNorm
 #: forward with 512 threads a row spill and run slower (bf16 [2048, 16384] 50.0 -> 65.9 us)
 FIXED_BDX_MAX = 256
-
-
 
 
 def _tid(p: ParallelType) -> kir.Expr:
@@ -129,11 +121,14 @@ class ReductionLowering:
             red = next((r for r in sub.reductions() if r.red_classes == red_classes), None)
             kept = red.iter_classes if red is not None else set(sub.classes_of(ref)) - red_classes
             columns = plan.known - sub.reshape_closure(kept)
-        self._is_full = {tv: any(find(id_of(i)) in columns for i in tv.logical_no_reductions() if not i.is_broadcast)
-                         for tv in fusion.tensors()}
-        # the tensors with an axis besides the columns (a row tensor, not a weight)
-        self._spans_rows = {tv for tv in fusion.tensors()
-                            if any(find(id_of(i)) not in columns for i in tv.logical_no_reductions() if not i.is_broadcast)}
+        self._is_full: dict[TensorView, bool] = {}
+        #: the tensors with an axis besides the columns (a row tensor, not a weight)
+        self._spans_rows: set[TensorView] = set()
+        for tv in fusion.tensors():
+            axes = [find(id_of(i)) for i in tv.logical_no_reductions() if not i.is_broadcast]
+            self._is_full[tv] = any(c in columns for c in axes)
+            if any(c not in columns for c in axes):
+                self._spans_rows.add(tv)
         # the reference's own reduction axes (it may be a reduction's output) iterate nothing here
         loop = [i for i in ref.domain.loop if not i.is_broadcast and not i.is_reduction]
         merged_red = [i for i in loop if self._class_set(i) <= columns]

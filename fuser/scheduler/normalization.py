@@ -4,7 +4,7 @@ innermost axes, outer_persistent outer ones, inner_outer_persistent both at once
 reduction per row and an outer one across rows, as in a layer-norm backward)."""
 from __future__ import annotations
 
-from fuser.ir import TensorView, WelfordOp
+from fuser.ir import ReductionOp, TensorView, WelfordOp
 from fuser.options import disabled
 
 from . import reduction
@@ -245,13 +245,7 @@ def inner_persistent_plan(sub: SubFusion) -> tuple[ReductionGeometry, int, Reduc
     geo = reduction.geometry(sub, rows=True)
     vec = vectorizable(sub, geo.vector_axis) if geo.vector_axis is not None else []
     width = reduction.vector_width(sub, geo, vec, stride_alignment(sub, vec))
-    p = inner_persistent_heuristics(sub, geo, width, aim=persistent_elements(sub, geo))
-    if PERSISTENT_MAX_WARPS and p.min_blocks:
-        import dataclasses
-
-        warps = p.bdx * p.bdy // sub.a.info.device_limits.warp_size
-        p = dataclasses.replace(p, min_blocks=max(1, min(p.min_blocks, PERSISTENT_MAX_WARPS // max(warps, 1))))
-    return geo, width, p
+    return geo, width, inner_persistent_heuristics(sub, geo, width, aim=persistent_elements(sub, geo))
 
 
 def persistent_elements(sub: SubFusion, geo: ReductionGeometry) -> int:
@@ -282,7 +276,8 @@ def inner_persistent_heuristics(sub: SubFusion, geo: ReductionGeometry, vectoriz
     while -(-vecs // bdx) * vectorize > aim and bdx < PREFERRED_MAX_BDX:
         bdx *= 2
     # the kernel holds its tile of every input that spans the reduced axes (rows, weights)
-    held = row_held_bytes(sub, geo_red_classes(sub, geo), 0) + extra_held
+    cols = geo_red_classes(sub, geo)
+    held = row_held_bytes(sub, cols, 0) + extra_held
     while -(-vecs // bdx) * vectorize * held > MAX_HELD_BYTES and bdx < min(1024, vecs):  # (not idle threads)
         bdx *= 2
     while -(-vecs // bdx) * vectorize > MAX_PERSISTENT_ELEMENTS // 2 and bdx < 1024:
@@ -297,17 +292,18 @@ def inner_persistent_heuristics(sub: SubFusion, geo: ReductionGeometry, vectoriz
         # (LayerNorm bf16 [128, 1000] 3.09 -> 2.90 us on an H100)
         bdy, bdx = 1, few_rows_threads(vecs, vectorize, bdx)
         batch = max(1, -(-vecs // bdx))  # (rows of no elements hold one vector, unread)
+    # (what the kernel holds at once: with late loads, what its first pass reads)
+    first = first_pass_bytes(sub, cols) + extra_held if PERSISTENT_LATE_LOADS else held
     late = PERSISTENT_LATE_LOADS
     if late == "kept":
         # (in a single wave of blocks a late load's latency is exposed, not hidden by others)
-        late = (-(-geo.n_iter // bdy) > sms and keeps_across_reductions(sub)
-                and first_pass_bytes(sub, geo_red_classes(sub, geo)) < held)
-    # (what the kernel holds at once: with late loads, what its first pass reads)
-    across = first_pass_bytes(sub, geo_red_classes(sub, geo)) + extra_held if late else held
-    min_blocks = persistent_min_blocks(info.device_limits, bdx * bdy, batch * vectorize * across)
+        late = -(-geo.n_iter // bdy) > sms and first < held and keeps_across_reductions(sub)
+    min_blocks = persistent_min_blocks(info.device_limits, bdx * bdy, batch * vectorize * (first if late else held))
     loop = _loops_rows(sub, geo, -(-geo.n_iter // bdy) > min_blocks * sms)
     if loop and late:  # (a row loop loads the weights before its rows: held throughout)
         min_blocks = persistent_min_blocks(info.device_limits, bdx * bdy, batch * vectorize * held)
+    if PERSISTENT_MAX_WARPS:
+        min_blocks = max(1, min(min_blocks, PERSISTENT_MAX_WARPS * info.device_limits.warp_size // (bdx * bdy)))
     return ReductionParams(True, True, vectorize, bdx, bdy, batch, 1, info.index_type, min_blocks,
                            row_loop=loop, late_loads=late)
 
@@ -334,8 +330,6 @@ def keeps_across_reductions(sub: SubFusion) -> bool:
     """Whether a persistent kernel over `sub` keeps a value in registers across a
     reduction: one `issue.kept_in_registers` computes, that a value after a reduction it
     does not follow depends on (other than through that reduction)."""
-    from fuser.ir import ReductionOp
-
     down, _ = sub._flow(sub.reductions())
     exprs = sub.exprs
     for k, e in enumerate(exprs):
