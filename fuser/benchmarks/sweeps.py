@@ -40,6 +40,9 @@ class Sweep:
 #: row lengths around the persistent kernels' thresholds, from one row per block to many
 NORM_SHAPES = ((16384, 4096), (8192, 8192), (2048, 16384), (16384, 1024), (65536, 1024))
 
+#: batch norm's shapes: too many rows to hold (two kernels) down to rows held by one grid
+BN_SHAPES = ((16384, 4096), (8192, 8192), (2048, 16384), (1024, 1000), (128, 1000))
+
 SWEEPS: tuple[Sweep, ...] = (
     Sweep("welford_persistent_max", "fuser.scheduler.reduction", "WELFORD_PERSISTENT_MAX", (0, 1 << 30),
           "var_mean_bf16", tuple(((1 << 26) // c, c) for c in (2048, 4096, 6144, 8192, 8200, 10240, 12288, 16384)),
@@ -88,6 +91,14 @@ SWEEPS: tuple[Sweep, ...] = (
             f, NORM_SHAPES, "most warps per SM an inner-persistent kernel's register cap aims at (0: as many as "
             "its registers allow)")
       for f in ("rmsnorm_fwd_bf16", "layernorm_fwd_bf16", "softmax_fwd_bf16")),
+    *(Sweep(f"outer_welford_online_{f}", "fuser.lower.reduction", "OUTER_WELFORD_ONLINE", (False, True), f,
+            BN_SHAPES, "an outer Welford reduction's lanes updated value by value (sharing the count's "
+            "reciprocal), or by tiles (a division and a merge per lane and step)")
+      for f in ("batchnorm_fwd_bf16", "batchnorm_fwd_fp32")),
+    *(Sweep(f"outer_narrow_unroll_{f}", "fuser.scheduler.reduction", "OUTER_NARROW_UNROLL", (False, True), f,
+            BN_SHAPES, "an outer reduction loads twice the rows per step where its input vectors are under 16 "
+            "bytes (the width set by wider float outputs)")
+      for f in ("batchnorm_fwd_bf16",)),
     # seed 001 (one inner-outer kernel, four reductions across rows, 80 registers: 3 blocks of
     # 256 threads per SM), whose sizes its definition fixes
     Sweep("seed001_inner_outer_threads", "fuser.scheduler.normalization", "INNER_OUTER_BLOCK_THREADS",

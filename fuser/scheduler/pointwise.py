@@ -54,13 +54,12 @@ from dataclasses import dataclass  # noqa: E402
 from fuser.ir import Fusion, ParallelType, TensorView  # noqa: E402
 
 from .issue import UNROLL_ABOVE, issue_share  # noqa: E402
+from .vectorize import VECTOR_BYTES, vector_width  # noqa: E402,F401  (VECTOR_BYTES: for resize and prepare)
 
 #: threads per block for small iteration spaces (more blocks to spread over the SMs)
 THREADS = 128
 #: threads per block once there are several waves of blocks
 BIG_BLOCK = 512
-#: bytes one vector access moves (LDG.128)
-VECTOR_BYTES = 16
 
 
 @dataclass(frozen=True)
@@ -135,17 +134,7 @@ def heuristics(sub: SubFusion, vectorizable: list[TensorView], inner_extent: int
     read or written with vector accesses (their alignment and element sizes bound the
     width, as does `max_vector`: the elements every outer stride is a multiple of)."""
     info = sub.a.info
-    width = 1
-    if vectorizable:
-        itemsize = max(tv.dtype.itemsize for tv in vectorizable)
-        width = max(1, VECTOR_BYTES // itemsize)
-        for tv in vectorizable:
-            align = info.alignment.get(tv)
-            if align is not None:
-                width = min(width, max(1, align // tv.dtype.itemsize))
-        width = min(width, max_vector)
-        while width > 1 and inner_extent % width:
-            width //= 2
+    width = vector_width(sub, vectorizable, inner_extent, max_vector)
     sms = info.device_limits.sm_count
     # 512 threads per block edge out 128 once there are several waves of blocks (an H100);
     # small tensors keep 128 threads so that more SMs get a block.

@@ -98,8 +98,9 @@ from dataclasses import dataclass  # noqa: E402
 
 from fuser.ir import Fusion, IterDomain, TensorView, WelfordOp  # noqa: E402
 
-#: bytes one vector access moves (LDG.128)
-VECTOR_BYTES = 16
+from . import vectorize  # noqa: E402
+from .vectorize import VECTOR_BYTES  # noqa: E402
+
 #: threads a reduction block aims for
 BLOCK_THREADS = 256
 #: most threads along a row
@@ -280,22 +281,10 @@ def _pow2_floor(n: int) -> int:
 
 
 def vector_width(sub: SubFusion, geo: ReductionGeometry, vectorized: list[TensorView], max_vector: int) -> int:
-    """Elements per vector access along the innermost axis: 16 bytes of the widest
-    vector-accessed tensor, bounded by alignment, the axis' extent and `max_vector`."""
-    info = sub.a.info
-    axis = geo.vector_axis
-    if axis is None or not vectorized:
+    """Elements per vector access along the innermost axis (vectorize.vector_width)."""
+    if geo.vector_axis is None:
         return 1
-    width = max(1, VECTOR_BYTES // max(tv.dtype.itemsize for tv in vectorized))
-    for tv in vectorized:
-        align = info.alignment.get(tv)
-        if align is not None:
-            width = min(width, max(1, align // tv.dtype.itemsize))
-    width = min(width, max_vector)
-    extent = info.extent(axis)
-    while width > 1 and extent % width:
-        width //= 2
-    return width
+    return vectorize.vector_width(sub, vectorized, sub.a.info.extent(geo.vector_axis), max_vector)
 
 
 #: blocks per SM an outer reduction's grid aims for (see `heuristics`). `bench --sweep
@@ -306,6 +295,11 @@ def vector_width(sub: SubFusion, geo: ReductionGeometry, vectorized: list[Tensor
 #: H200: 52.7 / 37.3 / 34.3 / 35.2 / 35.8; 55.3 / 35.6 / 34.2 / 34.2 / 35.3; 21.5 / 19.6 /
 #: 19.6 / 19.7 / 20.3; 58.8 / 39.7 / 36.0 / 36.3 / 37.3; 11.5 / 9.4 / 9.5 / 9.5 / 9.5: the same
 OUTER_BLOCKS_PER_SM = 3
+#: rows an outer reduction's thread loads per step double where its input vectors are
+#: narrower than 16 bytes (see _narrow_rows). `bench --sweep outer_narrow_unroll_*`, H200,
+#: batch norm bf16 [16384, 4096] / [8192, 8192] / [2048, 16384] / [1024, 1000]: 138.6 /
+#: 132.3 / 70.1 / 22.6 -> 135.1 / 130.6 / 67.3 / 21.8 us
+OUTER_NARROW_UNROLL = True
 #: threads across the columns of an outer reduction's block at least, where the columns are
 #: too few to give every SM a block
 FEW_COLUMNS_MIN_BDX = 4
@@ -382,6 +376,7 @@ def heuristics(sub: SubFusion, geo: ReductionGeometry, vectorize: int) -> Reduct
             # keeping at least 4 serial steps per block
             grid_y = max(1, min(-(-2 * sms // blocks), steps // 4, 1024))
         return ReductionParams(True, False, vectorize, bdx, bdy, unroll, grid_y, info.index_type)
+    width = vectorize
     col_vecs = -(-rows // vectorize)  # outer: the kept axes are the contiguous "columns"
     # 16 x 16 threads measured best on an H100 (sum over dim 0 of [16384, 4096] bf16: 81% of
     # copy against 73% with 32 x 8; fp32 [16384, 8192]: 99%); very wide ones take wider
@@ -426,7 +421,19 @@ def heuristics(sub: SubFusion, geo: ReductionGeometry, vectorize: int) -> Reduct
         while vectorize > 1 and 2 * -(-rows // (bdx * vectorize)) <= sms:
             vectorize //= 2
         bdy = max(1, min(BLOCK_THREADS // bdx, _pow2_ceil(-(-cols // UNROLL))))
-    return ReductionParams(False, False, vectorize, bdx, bdy, _rows_unroll(cols, bdy), grid_y, info.index_type)
+    unroll = _rows_unroll(cols, bdy, _narrow_rows(sub, vectorize) if vectorize == width else UNROLL)
+    return ReductionParams(False, False, vectorize, bdx, bdy, unroll, grid_y, info.index_type)
+
+
+def _narrow_rows(sub: SubFusion, vectorize: int) -> int:
+    """Most rows an outer reduction's thread loads per step: UNROLL, twice that where its
+    vectors of the inputs are under 16 bytes because a wider tensor set the width (a batch
+    norm's float statistics over bf16 rows), so that as many bytes are in flight
+    (OUTER_NARROW_UNROLL)."""
+    itemsizes = [tv.dtype.itemsize for tv in sub.inputs if isinstance(tv, TensorView)]
+    if not OUTER_NARROW_UNROLL or not itemsizes or vectorize * min(itemsizes) >= VECTOR_BYTES:
+        return UNROLL
+    return 2 * UNROLL
 
 
 def _outer_blocks(columns: int, vectorize: int) -> int:
@@ -445,10 +452,10 @@ def few_rows_threads(vecs: int, vectorize: int, bdx: int) -> int:
     return bdx
 
 
-def _rows_unroll(rows: int, bdy: int) -> int:
-    """Rows each thread of an outer reduction loads per step: UNROLL at most, a power of
+def _rows_unroll(rows: int, bdy: int, most: int = UNROLL) -> int:
+    """Rows each thread of an outer reduction loads per step: `most` at most, a power of
     two no more than its share of `rows` over `bdy` thread rows."""
-    return max(1, min(UNROLL, _pow2_floor(max(1, rows // bdy))))
+    return max(1, min(most, _pow2_floor(max(1, rows // bdy))))
 
 
 def schedule(fusion: Fusion, geo: ReductionGeometry) -> None:

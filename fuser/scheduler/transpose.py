@@ -48,7 +48,7 @@ from fuser.ir import (
 from . import pointwise
 from .analysis import RESHAPE, RESIZE, SubFusion, is_trivial_reduction
 from .runtime_info import SchedulerRuntimeInfo
-from .vectorize import stride_alignment, vectorizable
+from .vectorize import stride_alignment, vector_width, vectorizable
 
 #: both innermost extents must span at least one tile edge for tiling to pay off
 MIN_TRANSPOSE_EXTENT = 32
@@ -60,8 +60,6 @@ TILES = (64, 32)
 #: 4 to 16 elements: 16 of 4 bytes keep 64-thread blocks (32 x 32 tiles) clear of spills,
 #: which 16 of 8 bytes are not (ptxas caps small blocks' registers for occupancy)
 BYTES_PER_THREAD = 64
-#: bytes one vector access moves (LDG.128)
-VECTOR_BYTES = 16
 #: largest grid y dimension (the batch); more batch indices loop
 MAX_GRID_Y = 65535
 #: the tile edge is lowered to the smallest one while the largest gives fewer blocks than
@@ -324,19 +322,9 @@ class TransposeParams:
 
 def _vector_width(sub: SubFusion, tvs: list[TensorView], extent: int, limit: int) -> int:
     """Elements per vector access of `tvs` along an axis of `extent` elements: 16 bytes of
-    the widest, bounded by their alignment and strides, dividing `extent` and `limit`."""
-    if not tvs:
-        return 1
-    info = sub.a.info
-    width = max(1, VECTOR_BYTES // max(tv.dtype.itemsize for tv in tvs))
-    for tv in tvs:
-        align = info.alignment.get(tv)
-        if align is not None:
-            width = min(width, max(1, align // tv.dtype.itemsize))
-    width = min(width, stride_alignment(sub, tvs), limit)
-    while width > 1 and extent % width:
-        width //= 2
-    return width
+    the widest of them (each staged access is one vector), bounded by their alignment and
+    strides, dividing `extent` and `limit`."""
+    return vector_width(sub, tvs, extent, min(stride_alignment(sub, tvs), limit))
 
 
 def vector_tensors(sub: SubFusion, lay: Layout,
