@@ -2911,9 +2911,9 @@ def _conditioning(runs: Sequence[torch.Tensor], t64: torch.Tensor) -> tuple[torc
     truth): what a value one rounding away turns into is unknown there, so that element
     is left out, and only it."""
     fin = torch.isfinite(t64)
-    zero = torch.zeros((), dtype=torch.float64)
+    zero = torch.zeros((), dtype=torch.float64, device=t64.device)
     noise = torch.zeros_like(t64)
-    lost = torch.zeros(t64.shape, dtype=torch.bool)
+    lost = torch.zeros(t64.shape, dtype=torch.bool, device=t64.device)
     for r in runs:
         same = (r == t64) | (torch.isnan(r) & torch.isnan(t64))
         gone = ~same & ~(torch.isfinite(r) & fin)
@@ -2955,8 +2955,10 @@ def judge_output(k: int, name: str, got: Any, want: torch.Tensor, truth: torch.T
     wrong = _wrong_kind(what, got, want)
     if wrong:
         return Verdict(problem=wrong)
-    g = got.detach().cpu()
-    t = truth.detach().cpu()
+    # on the output's device: elementwise float64 arithmetic there is what it is on the CPU
+    # (IEEE, one op at a time), and a GPU does it without taking the fuzzing processes' CPUs
+    g = got.detach()
+    t = truth.detach().to(g.device)
     if not g.dtype.is_floating_point:
         t = t.to(g.dtype)
         if torch.equal(g, t):
@@ -2968,9 +2970,9 @@ def judge_output(k: int, name: str, got: Any, want: torch.Tensor, truth: torch.T
             f"{_fmt_index(i, g.shape)}: fuser {g.reshape(-1)[i].item()}, torch {t.reshape(-1)[i].item()}"))
     g64, t64 = g.double(), t.double()
     rtol, atol = tolerances(g.dtype)
-    runs = [p.detach().cpu().double() for p in noise]
+    runs = [p.detach().to(g.device).double() for p in noise]
     if isinstance(want, torch.Tensor) and want.dtype.is_floating_point and tuple(want.shape) == tuple(t64.shape):
-        runs.append(want.detach().cpu().double())
+        runs.append(want.detach().to(g.device).double())
     nz, lost = _conditioning(runs, t64)
     tol = atol + rtol * t64.abs() + NOISE_K * nz
     gn, tn = torch.isnan(g64), torch.isnan(t64)
@@ -2982,7 +2984,8 @@ def judge_output(k: int, name: str, got: Any, want: torch.Tensor, truth: torch.T
     verdict = Verdict(elements=n, excluded=e)
     bad = ~ok & ~lost
     if bool(bad.any()):
-        err = torch.where(bad, (g64 - t64).abs().nan_to_num(math.inf), torch.zeros((), dtype=torch.float64)).reshape(-1)
+        err = torch.where(bad, (g64 - t64).abs().nan_to_num(math.inf),
+                          torch.zeros((), dtype=torch.float64, device=g.device)).reshape(-1)
         i = int(err.argmax())
         left_out = f", {e} too ill-conditioned to judge" if e else ""
         verdict.problem = (

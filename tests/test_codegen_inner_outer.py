@@ -226,3 +226,42 @@ def test_rows_left_out_of_the_stages_are_loaded_once_and_kept_in_registers(monke
     assert src.count("fuser::load_vec<__bfloat, 8>(&r1[u * 8], &T1[") == 1
     assert "fuser::launder(r1)" in src and "fuser::launder(r0)" not in src
     assert compile_all([src])[:4] == b"\x7fELF"
+
+
+def test_a_row_spanning_value_read_after_the_column_reductions_is_not_inner_outer():
+    """GPU fuzz seed 19104 case 1167 (a fallback): after the reductions across rows, an
+    expression read full() over the rows, which the inner-outer kernel's column phase does
+    not have (it reads only the reductions' results and inputs there). The scheduler now
+    says no, so the segment goes to kernels that compute it; they simulate to the reference."""
+    from kernel_sim import simulate_fusion
+
+    with FusionDefinition() as fd:
+        t0 = fd.define_tensor(shape=[-1, -1, -1], contiguity=[False, True, True], dtype=DataType.Half,
+                              stride_order=[1, 2, 0])
+        t1 = fd.ops.cast(t0, dtype=DataType.Float)
+        t2 = fd.ops.min(t1, dims=[2], keepdim=False)
+        t4 = fd.ops.mul(t1, fd.ops.broadcast_in_dim(t2, shape=[1, 8, 255], broadcast_dims=[0, 1]))
+        t5 = fd.ops.min(t0, dims=[0], keepdim=False)
+        t6 = fd.ops.sum(t0, dims=[0, -2, 2], keepdim=False)
+        t7 = fd.ops.iota(8, -1.5, 0.25, dtype=DataType.Float)
+        t9 = fd.ops.add(fd.ops.broadcast_in_dim(t7, shape=[1, t0.size(1), t0.size(2)], broadcast_dims=[1]), t4)
+        t10 = fd.ops.maximum(t7, t6)
+        t11 = fd.ops.sum(t10, dims=[-1], keepdim=True)
+        t12 = fd.ops.sub(t10, t11)
+        t13 = fd.ops.ge(t5, 0.0)
+        t15 = fd.ops.where(t13, fd.ops.broadcast_in_dim(t11, shape=[t0.size(1), t0.size(2)], broadcast_dims=[0]),
+                           t13)
+        t16 = fd.ops.full(shape=[t0.size(1), t0.size(2)], fill_value=1.0, dtype=DataType.Float)
+        t19 = fd.ops.mul(t16, fd.ops.broadcast_in_dim(t12, shape=[8, t0.size(2)], broadcast_dims=[0]))
+        t20 = fd.ops.full(shape=[8], fill_value=1, dtype=DataType.Int32)
+        t22 = fd.ops.maximum(fd.ops.broadcast(t20, is_broadcast_dim=[False, True]), t19)
+        t24 = fd.ops.sub(fd.ops.broadcast_in_dim(t20, shape=[8, t0.size(2)], broadcast_dims=[0]), t22)
+        fd.add_output(t24)
+        fd.add_output(t15)
+        fd.add_output(fd.ops.cast(fd.ops.maximum(t16, t9), dtype=DataType.BFloat16))
+    torch.manual_seed(1167)
+    x = (torch.rand(8, 1, 258) * 5 + 0.25).half().permute(1, 0, 2).narrow(2, 0, 255)
+    src = fd.cuda_code_for([torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")])
+    assert "fuser_inner_outer" not in src
+    report = simulate_fusion(fd, [x], resident=3)
+    assert report.ok and report.status == "ok", str(report)

@@ -102,6 +102,10 @@ def inner_outer_reason(sub: SubFusion) -> str | None:
         return "a Welford reduction across rows (the kernel combines sums, products, max and min across blocks)"
     if _outer_result_reaches_rows(sub, outer):
         return "an outer reduction's result is used along the rows it reduced"
+    late = _computed_after_outer(sub, outer)
+    if late is not None:
+        return (f"{late!r} is computed along the rows but read after the reductions across rows (the kernel "
+                f"reads only their results and inputs there)")
     if _mixes_outer_groups(sub, outer):
         return "a tensor combines results of outer reductions over different axes"
     if RESHAPE in sub.kinds and reduction.index_plan(sub).steps:
@@ -185,6 +189,31 @@ def _outer_result_reaches_rows(sub: SubFusion, outer) -> bool:
                               for tv in sub.tensors()):
             return True
     return False
+
+
+def _computed_after_outer(sub: SubFusion, outer):
+    """A tensor that an expression after the outer reductions reads but that is neither
+    computed after them nor a segment input outside the rows they reduce (the kernel's
+    column phase has nothing else: a row-spanning factory such as full() is not there);
+    None when there is none."""
+    reds = sub.reductions()
+    down, _ = sub._flow(reds)
+    bits = 0
+    for n, r in enumerate(reds):
+        if r in outer:
+            bits |= 1 << n
+    outer_exprs = {r.expr for r in outer}
+    rows = set().union(*(r.red_classes for r in outer))
+    inputs = set(sub.inputs)
+    for e in sub.exprs:
+        if e in outer_exprs or not any(isinstance(o, TensorView) and down.get(o, 0) & bits for o in e.outputs):
+            continue
+        for x in e.inputs:
+            if not isinstance(x, TensorView) or down.get(x, 0) & bits:
+                continue
+            if x not in inputs or set(sub.classes_of(x)) & rows:
+                return x
+    return None
 
 
 # --- heuristics ---------------------------------------------------------------------------------
