@@ -399,6 +399,22 @@ def test_outer_persistent_holds_its_rows_and_allreduces_across_the_grid():
     assert "((nvfuser_index_t)blockIdx.y) == 0" in src
 
 
+@pytest.mark.parametrize("m,n,dt", [(128, 1000, DataType.BFloat16), (256, 72, DataType.Float), (37, 5, DataType.Half)])
+def test_rows_one_block_holds_are_reduced_without_a_grid_barrier(m, n, dt):
+    """Rows that one block of narrow column groups holds (normalization.OUTER_ONE_BLOCK):
+    one block per column group, a block reduction and no grid barrier; simulated against
+    the reference on the CPU."""
+    from kernel_sim import simulate_fusion
+
+    tdt = {DataType.BFloat16: torch.bfloat16, DataType.Float: torch.float32, DataType.Half: torch.float16}[dt]
+    src, fd = _code(_batch_norm(dt), _bn_inputs(m, n, tdt))
+    assert src.count("__global__") == 1 and "grid_sync" not in src and "semaphore" not in src
+    torch.manual_seed(m + n)
+    xs = [(torch.randn(m, n) + 2).to(tdt), torch.randn(n), torch.randn(n)]
+    report = simulate_fusion(fd, xs)
+    assert report.ok and report.status == "ok", str(report)
+
+
 def test_rows_too_many_to_hold_are_not_outer_persistent():
     # [16384, 4096] bf16 cannot be held by the GPU's registers: the statistics and the
     # normalisation are separate kernels

@@ -99,6 +99,11 @@ SWEEPS: tuple[Sweep, ...] = (
             BN_SHAPES, "an outer reduction loads twice the rows per step where its input vectors are under 16 "
             "bytes (the width set by wider float outputs)")
       for f in ("batchnorm_fwd_bf16",)),
+    *(Sweep(f"outer_one_block_{f}", "fuser.scheduler.normalization", "OUTER_ONE_BLOCK", (False, True), f,
+            ((128, 1000), (256, 1000), (64, 4096), (200, 333), (1024, 1000)),
+            "an outer-persistent kernel whose rows fit one block gives each column group one block (no grid "
+            "barrier), or shares the rows among blocks that synchronise the grid")
+      for f in ("batchnorm_fwd_bf16", "batchnorm_fwd_fp32")),
     # seed 001 (one inner-outer kernel, four reductions across rows, 80 registers: 3 blocks of
     # 256 threads per SM), whose sizes its definition fixes
     Sweep("seed001_inner_outer_threads", "fuser.scheduler.normalization", "INNER_OUTER_BLOCK_THREADS",

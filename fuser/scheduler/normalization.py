@@ -482,6 +482,14 @@ INNER_OUTER_WIDE_MAX_OUTER = 2
 #: threads per block of an outer-persistent kernel, and bytes of held inputs per thread at
 #: most (its blocks must all be resident: two of 256 threads per SM leave 128 registers)
 OUTER_PERSISTENT_THREADS = 256
+#: rows few enough for one block of OUTER_PERSISTENT_THREADS threads, FEW_COLUMNS_MIN_BDX
+#: vectors wide, at UNROLL rows a thread, take one block per column group: a block reduction
+#: instead of blocks sharing the rows and synchronising the grid (ncu, H200, batch norm bf16
+#: [128, 1000]: most of its 22k cycles were blocks waiting at the grid barrier). `bench
+#: --sweep outer_one_block_*`, H100, batch norm bf16 / fp32, us: [128, 1000] 10.8 -> 3.7 /
+#: 12.3 -> 3.9, [256, 1000] 24.0 -> 5.3 / 25.3 -> 5.5, [64, 4096] 11.7 -> 3.9 / 11.8 -> 4.0,
+#: [200, 333] 5.5 -> 3.1 / 5.6 -> 3.1; [1024, 1000] (a grid still) unchanged
+OUTER_ONE_BLOCK = True
 OUTER_MAX_HELD_BYTES = 192
 #: blocks per SM an outer-persistent kernel is compiled to fit (__launch_bounds__)
 OUTER_PERSISTENT_MIN_BLOCKS = 2
@@ -501,6 +509,14 @@ def outer_persistent_plan(sub: SubFusion) -> tuple[ReductionGeometry, int, Reduc
     vec = vectorizable(sub, geo.vector_axis) if geo.vector_axis is not None else []
     vectorize = reduction.vector_width(sub, geo, vec, stride_alignment(sub, vec))
     col_vecs = -(-geo.n_iter // vectorize)
+    narrow = min(reduction.FEW_COLUMNS_MIN_BDX, _pow2_ceil(col_vecs))
+    if OUTER_ONE_BLOCK and geo.n_red <= (OUTER_PERSISTENT_THREADS // narrow) * reduction.UNROLL:
+        # every row in one block of narrow column groups: a block reduction, no grid barrier
+        bdy = max(1, min(OUTER_PERSISTENT_THREADS // narrow, _pow2_ceil(-(-geo.n_red // reduction.UNROLL))))
+        unroll = max(1, -(-geo.n_red // bdy))
+        held = row_held_bytes(sub, geo_red_classes(sub, geo), 0) * unroll * vectorize
+        if held <= OUTER_MAX_HELD_BYTES:
+            return geo, vectorize, ReductionParams(False, True, vectorize, narrow, bdy, unroll, 1, info.index_type)
     bdx = min(32, _pow2_ceil(col_vecs))
     bdy = max(1, min(OUTER_PERSISTENT_THREADS // bdx, _pow2_ceil(geo.n_red)))
     blocks_x = max(1, -(-col_vecs // bdx))  # (no columns: an empty grid, one block planned)
