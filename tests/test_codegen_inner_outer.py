@@ -265,3 +265,38 @@ def test_a_row_spanning_value_read_after_the_column_reductions_is_not_inner_oute
     assert "fuser_inner_outer" not in src
     report = simulate_fusion(fd, [x], resident=3)
     assert report.ok and report.status == "ok", str(report)
+
+
+@pytest.mark.parametrize("name", ["rmsnorm_bwd_bf16", "layernorm_bwd_fp32"])
+def test_few_rows_below_the_threshold_run_as_separate_kernels(switches, name):
+    """normalization.INNER_OUTER_MIN_ROWS (a sweep's switch, 0 by default): below it, a
+    backward norm's reductions along and across the rows are separate kernels, which
+    simulate to the reference."""
+    from kernel_sim import simulate_fusion
+
+    import fuser.benchmarks.fusions as F
+    from fuser.scheduler import normalization as N
+
+    f = F.by_name(name)
+    torch.manual_seed(7)
+    xs = f.make_inputs("cpu", (128, 1000))
+    for rows, kernels, inner_outer in ((0, 1, True), (512, 2, False)):
+        switches(N, INNER_OUTER_MIN_ROWS=rows)
+        fd = f.fusion_definition()
+        src = fd.cuda_code_for([x.to("meta") for x in xs])
+        assert src.count("__global__") == kernels and ("fuser_inner_outer" in src) == inner_outer
+    report = simulate_fusion(fd, xs)
+    assert report.ok and report.status == "ok", str(report)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(128, 1000), (300, 4096), (5, 8)], ids=["128x1000", "300x4096", "5x8"])
+@pytest.mark.parametrize("name", ["rmsnorm_bwd_bf16", "layernorm_bwd_bf16", "layernorm_bwd_fp32"])
+def test_few_rows_as_separate_kernels_match_eager_on_the_gpu(switches, poisoned_kernel_outputs, name, shape):
+    pytest.importorskip("pycuda")
+    from test_row_loop import bench_case_on_gpu
+
+    from fuser.scheduler import normalization as N
+
+    switches(N, INNER_OUTER_MIN_ROWS=512)
+    bench_case_on_gpu(name, shape, seed=11)

@@ -104,6 +104,11 @@ SWEEPS: tuple[Sweep, ...] = (
             "an outer-persistent kernel whose rows fit one block gives each column group one block (no grid "
             "barrier), or shares the rows among blocks that synchronise the grid")
       for f in ("batchnorm_fwd_bf16", "batchnorm_fwd_fp32")),
+    *(Sweep(f"inner_outer_min_rows_{f}", "fuser.scheduler.normalization", "INNER_OUTER_MIN_ROWS", (0, 512, 2048), f,
+            ((128, 1000), (256, 4096), (1024, 1000), (2048, 4096), (16384, 4096)),
+            "rows below which reductions along and across the rows run as separate kernels instead of one "
+            "inner-outer kernel")
+      for f in ("rmsnorm_bwd_bf16", "layernorm_bwd_bf16", "layernorm_bwd_fp32")),
     # seed 001 (one inner-outer kernel, four reductions across rows, 80 registers: 3 blocks of
     # 256 threads per SM), whose sizes its definition fixes
     Sweep("seed001_inner_outer_threads", "fuser.scheduler.normalization", "INNER_OUTER_BLOCK_THREADS",

@@ -116,6 +116,9 @@ def inner_outer_reason(sub: SubFusion) -> str | None:
     if why is not None or sub.a.info is None:
         return why
     geo = reduction.geometry(sub, inner[0], rows=True)
+    if geo.n_iter < INNER_OUTER_MIN_ROWS:
+        return (f"{geo.n_iter} rows, fewer than INNER_OUTER_MIN_ROWS = {INNER_OUTER_MIN_ROWS} (separate kernels "
+                f"instead of a grid reduction across few blocks)")
     try:
         row_segments(sub, geo)
     except ValueError as err:
@@ -477,6 +480,12 @@ INNER_OUTER_VECTORS = 4
 #: 33.5, 60.0 / 61.4, 105.9 / 115.5, 111.7 / 118.5: with one outer reduction "never" is 6-9%
 #: faster from rows of 4096 on an H200 (3% on an H100), the lead for a rule on the count
 INNER_OUTER_WIDE_MAX_OUTER = 2
+#: rows below which a fusion with reductions along and across its rows is not one
+#: inner-outer kernel (whose few blocks then spend most of their time combining partials
+#: across the grid: ncu, H100, RMSNorm backward bf16 [128, 1000], 32 blocks, SMs busy 3.1k
+#: of 17.6k cycles) but separate kernels; 0: any. Not yet timed:
+#: `bench --sweep inner_outer_min_rows_*`
+INNER_OUTER_MIN_ROWS = 0
 
 
 #: threads per block of an outer-persistent kernel, and bytes of held inputs per thread at
