@@ -662,8 +662,11 @@ class ReductionLowering:
             self._combined.add(name)
         elif lanes > 1 and OUTER_WELFORD_ONLINE:
             per_value, merge = self._online_lanes(name, n, acc_dt, value, x.dtype, tcnt)
-            decls = decls + [Decl(f"wb{n}", acc_dt, None,
-                                  Cast(Member(Element(Var(name), IntLit(0)), "n"), DataType.Int, acc_dt))]
+            # no tile sums: the lanes' counts, and the count before this step as a float
+            decls = [Decl(tcnt, DataType.Int32, lanes),
+                     For(Var("k"), IntLit(lanes), [Assign(Element(Var(tcnt), Var("k")), IntLit(0))],
+                         unroll=True, dtype=DataType.Int32),
+                     Decl(f"wb{n}", acc_dt, None, Cast(Member(Element(Var(name), IntLit(0)), "n"), DataType.Int, acc_dt))]
         elif lanes > 1:  # outer: each lane's tile is its column of `unroll` values
             body = [Decl(tmean, acc_dt, None, mean), Decl(tm2, acc_dt, None, kir.Const(0, acc_dt)),
                     For(u, IntLit(self.U), [If(pred, second)], unroll=True, dtype=DataType.Int32),
