@@ -406,7 +406,7 @@ def test_rows_one_block_holds_are_reduced_without_a_grid_barrier(m, n, dt):
     the reference on the CPU."""
     from kernel_sim import simulate_fusion
 
-    tdt = {DataType.BFloat16: torch.bfloat16, DataType.Float: torch.float32, DataType.Half: torch.float16}[dt]
+    tdt = dt.torch
     src, fd = _code(_batch_norm(dt), _bn_inputs(m, n, tdt))
     assert src.count("__global__") == 1 and "grid_sync" not in src and "semaphore" not in src
     torch.manual_seed(m + n)

@@ -15,9 +15,6 @@ from fuser import DataType, FusionDefinition
 from fuser.lower import reduction as lred
 from test_row_loop import bench_case_on_gpu
 
-_TDT = {DataType.BFloat16: torch.bfloat16, DataType.Half: torch.float16, DataType.Float: torch.float32}
-
-
 @pytest.fixture
 def welford(switches):
     def set_(online: bool = True) -> None:
@@ -75,7 +72,7 @@ CASES = {
 def _case(name: str) -> tuple[FusionDefinition, list[torch.Tensor]]:
     build, dt, (m, n), offset = CASES[name]
     torch.manual_seed(sum(map(ord, name)))
-    x = (torch.randn(m, n) * 2 + offset).to(_TDT[dt])
+    x = (torch.randn(m, n) * 2 + offset).to(dt.torch)
     with FusionDefinition() as fd:
         build(dt)(fd)
     return fd, [x]

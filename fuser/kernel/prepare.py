@@ -27,7 +27,7 @@ from fuser.scheduler import pointwise as pw
 from fuser.scheduler import resize as rs
 from fuser.scheduler.analysis import RESIZE
 from fuser.scheduler.runtime_info import target_line
-from fuser.scheduler.vectorize import stride_alignment, vectorizable
+from fuser.scheduler.vectorize import VECTOR_BYTES, stride_alignment, vectorizable
 
 from .generated import GeneratedKernel
 
@@ -436,9 +436,9 @@ def _user_vector_tensors(sub: Any, ref: TensorView, width: int, resize: bool) ->
     for tv in vec:
         size = tv.dtype.itemsize
         align = info.alignment.get(tv)
-        if width * size > pw.VECTOR_BYTES:
+        if width * size > VECTOR_BYTES:
             raise UserScheduleError(f"vectorize by {width}: {_name(tv)} would move {width * size} bytes per vector "
-                                    f"access ({tv.dtype.name}); a vector access moves at most {pw.VECTOR_BYTES}")
+                                    f"access ({tv.dtype.name}); a vector access moves at most {VECTOR_BYTES}")
         if align is not None and align < width * size:
             raise UserScheduleError(f"vectorize by {width}: the data of {_name(tv)} is aligned to {align} bytes in "
                                     f"this call; a vector of {width * size} bytes needs it aligned to that")

@@ -28,6 +28,7 @@ from fuser.ir import (
 from fuser.ir.exprs import LoadStoreOpType
 
 from .analysis import POINTWISE, SCALAR, SCATTER, VIEW, SubFusion
+from .vectorize import VECTOR_BYTES, vector_width
 
 #: elementwise producers the kernel computes where it reads them: each operand axis is the
 #: output axis at its position (broadcast axes aside), so an index map passes through
@@ -91,8 +92,6 @@ def producer_reason(e: Expr) -> str | None:
 #: threads per block: the kernel is a grid-strided copy and a scattered write, both bound by
 #: memory; 256 threads keep several blocks per SM resident for the grid barrier
 THREADS = 256
-#: bytes one vector access of the copy moves (LDG.128)
-VECTOR_BYTES = 16
 #: linear indices stay this far below the int32 limit: a grid-strided loop's last round
 #: computes indices up to one grid of threads past its end
 _INT32_LIMIT = 2**31 - 1 - 2**24
@@ -159,14 +158,7 @@ def heuristics(sub: SubFusion) -> ScatterParams:
     alloc = out.domain.allocation
     flat = (leaves is not None and (alloc is None or list(alloc) == list(out.logical))
             and all(info.sizes.get(tv) == shape and _row_major(shape, info.strides[tv]) for tv in leaves))
-    width = 1
-    if flat:
-        tvs = [out, *leaves]
-        width = max(1, VECTOR_BYTES // max(tv.dtype.itemsize for tv in tvs))
-        for tv in leaves:
-            width = min(width, max(1, info.alignment.get(tv, VECTOR_BYTES) // tv.dtype.itemsize))
-        while width > 1 and numel % width:
-            width //= 2
+    width = vector_width(sub, [out, *leaves], numel, VECTOR_BYTES) if flat else 1
     index_type = info.index_type
     if max(numel, info.numel(index)) > _INT32_LIMIT:
         index_type = "int64"

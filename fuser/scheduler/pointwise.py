@@ -54,7 +54,7 @@ from dataclasses import dataclass  # noqa: E402
 from fuser.ir import Fusion, ParallelType, TensorView  # noqa: E402
 
 from .issue import UNROLL_ABOVE, issue_share  # noqa: E402
-from .vectorize import VECTOR_BYTES, vector_width  # noqa: E402,F401  (VECTOR_BYTES: for resize and prepare)
+from .vectorize import vector_width  # noqa: E402
 
 #: threads per block for small iteration spaces (more blocks to spread over the SMs)
 THREADS = 128

@@ -17,7 +17,7 @@ from fuser.ir.transforms import id_exprs_between
 
 from . import pointwise
 from .analysis import RESIZE, SubFusion
-from .pointwise import VECTOR_BYTES
+from .vectorize import VECTOR_BYTES
 
 
 def reject_reason(sub: SubFusion) -> str | None:
