@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from fuser import DataType, FusionDefinition
+from fuser.ir import from_torch
 from fuser.runtime.reference import run_reference
 from fuser.runtime.tolerance import assert_close
 
@@ -78,3 +79,25 @@ def test_new_sizes_reuse_the_loaded_kernel():
     (out,) = fd.execute([y])  # same heuristics: the same source, so the same loaded module
     assert len(kernels._loaded) == loaded
     assert torch.allclose(out, torch.exp(y))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("exponent", [2.0, 3.0, 2.5, -2.0, "runtime 3"])
+def test_pow_matches_eager_at_the_exponents_aten_multiplies_out(dtype, exponent):
+    """pow by 2 and 3 is a product, as ATen's pow kernel computes it, when the exponent is
+    a literal or a runtime scalar; other exponents go through powf. Against eager PyTorch,
+    on values of both signs (negative bases to a non-integer power give NaN both ways)."""
+    pytest.importorskip("pycuda")
+    torch.manual_seed(3)
+    runtime = isinstance(exponent, str)
+    e = 3.0 if runtime else exponent
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=from_torch(dtype))
+        s = fd.define_scalar(None, dtype=DataType.Double) if runtime else fd.define_scalar(e, dtype=DataType.Double)
+        fd.add_output(fd.ops.pow(x, s))
+    xs = (torch.randn(257, 1031, device="cuda", dtype=torch.float32) * 3).to(dtype)
+    (got,) = fd.execute([xs, e] if runtime else [xs])
+    assert "fuser_pointwise" in fd.last_cuda_code()
+    want = torch.pow(xs, e)
+    assert_close(got, want, what=f"pow {exponent}")
+    assert torch.equal(got.isnan(), want.isnan())
