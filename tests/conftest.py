@@ -45,6 +45,18 @@ def pytest_collection_modifyitems(config, items):
             names.insert(0, "kernel_writes_checked")
 
 
+@pytest.fixture(autouse=True)
+def _inner_outer_at_any_rows(monkeypatch):
+    """Tests run fusions with reductions along and across rows at the sizes the simulator
+    and CI afford, with fewer rows than the SMs' worth at which the shipped rule
+    (normalization.INNER_OUTER_FEW_ROWS_APART) splits them into separate kernels; those
+    tests are of the inner-outer kernel, so the rule is off, and the tests of the rule turn
+    it on (`switches`)."""
+    from fuser.scheduler import normalization
+
+    monkeypatch.setattr(normalization, "INNER_OUTER_FEW_ROWS_APART", False)
+
+
 @pytest.fixture
 def poisoned_kernel_outputs(monkeypatch, kernel_writes_checked):
     """Fill every output a generated kernel allocates with a value it never computes (NaN,

@@ -268,10 +268,11 @@ def test_a_row_spanning_value_read_after_the_column_reductions_is_not_inner_oute
 
 
 @pytest.mark.parametrize("name", ["rmsnorm_bwd_bf16", "layernorm_bwd_fp32"])
-def test_few_rows_below_the_threshold_run_as_separate_kernels(switches, name):
-    """normalization.INNER_OUTER_MIN_ROWS (a sweep's switch, 0 by default): below it, a
-    backward norm's reductions along and across the rows are separate kernels, which
-    simulate to the reference."""
+def test_fewer_row_groups_than_sms_run_as_separate_kernels(switches, name):
+    """normalization.INNER_OUTER_FEW_ROWS_APART: where the inner-outer kernel would have
+    fewer groups of rows than the target's SMs (128 rows: 32 groups of 4), a backward
+    norm's reductions along and across the rows are separate kernels, which simulate to the
+    reference; with enough rows (1024: 256 groups), or the switch off, one kernel."""
     from kernel_sim import simulate_fusion
 
     import fuser.benchmarks.fusions as F
@@ -279,18 +280,25 @@ def test_few_rows_below_the_threshold_run_as_separate_kernels(switches, name):
 
     f = F.by_name(name)
     torch.manual_seed(7)
-    xs = f.make_inputs("cpu", (128, 1000))
-    for rows, kernels, inner_outer in ((0, 1, True), (512, 2, False)):
-        switches(N, INNER_OUTER_MIN_ROWS=rows)
+    switches(N, INNER_OUTER_FEW_ROWS_APART=True)
+
+    def kernels(shape):
         fd = f.fusion_definition()
-        src = fd.cuda_code_for([x.to("meta") for x in xs])
-        assert src.count("__global__") == kernels and ("fuser_inner_outer" in src) == inner_outer
-    report = simulate_fusion(fd, xs)
+        src = fd.cuda_code_for([x.to("meta") for x in f.make_inputs("cpu", shape)])
+        return src.count("__global__"), "fuser_inner_outer" in src
+
+    assert kernels((128, 1000)) == (2, False)
+    assert kernels((1024, 1000)) == (1, True)
+    xs = f.make_inputs("cpu", (128, 1000))
+    report = simulate_fusion(f.fusion_definition(), xs)
     assert report.ok and report.status == "ok", str(report)
+    switches(N, INNER_OUTER_FEW_ROWS_APART=False)
+    assert kernels((128, 1000)) == (1, True)
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("shape", [(128, 1000), (300, 4096), (5, 8)], ids=["128x1000", "300x4096", "5x8"])
+@pytest.mark.parametrize("shape", [(128, 1000), (300, 4096), (5, 8), (1024, 1000)],
+                         ids=["128x1000", "300x4096", "5x8", "1024x1000"])
 @pytest.mark.parametrize("name", ["rmsnorm_bwd_bf16", "layernorm_bwd_bf16", "layernorm_bwd_fp32"])
 def test_few_rows_as_separate_kernels_match_eager_on_the_gpu(switches, poisoned_kernel_outputs, name, shape):
     pytest.importorskip("pycuda")
@@ -298,5 +306,5 @@ def test_few_rows_as_separate_kernels_match_eager_on_the_gpu(switches, poisoned_
 
     from fuser.scheduler import normalization as N
 
-    switches(N, INNER_OUTER_MIN_ROWS=512)
+    switches(N, INNER_OUTER_FEW_ROWS_APART=True)
     bench_case_on_gpu(name, shape, seed=11)

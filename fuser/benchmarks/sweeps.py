@@ -104,10 +104,10 @@ SWEEPS: tuple[Sweep, ...] = (
             "an outer-persistent kernel whose rows fit one block gives each column group one block (no grid "
             "barrier), or shares the rows among blocks that synchronise the grid")
       for f in ("batchnorm_fwd_bf16", "batchnorm_fwd_fp32")),
-    *(Sweep(f"inner_outer_min_rows_{f}", "fuser.scheduler.normalization", "INNER_OUTER_MIN_ROWS", (0, 512, 2048), f,
-            ((128, 1000), (256, 4096), (1024, 1000), (2048, 4096), (16384, 4096)),
-            "rows below which reductions along and across the rows run as separate kernels instead of one "
-            "inner-outer kernel")
+    *(Sweep(f"inner_outer_few_rows_apart_{f}", "fuser.scheduler.normalization", "INNER_OUTER_FEW_ROWS_APART",
+            (False, True), f, ((128, 1000), (256, 4096), (512, 1000), (512, 4096), (1024, 1000), (2048, 4096)),
+            "reductions along and across the rows run as separate kernels where one inner-outer kernel would "
+            "have fewer blocks than SMs")
       for f in ("rmsnorm_bwd_bf16", "layernorm_bwd_bf16", "layernorm_bwd_fp32")),
     # seed 001 (one inner-outer kernel, four reductions across rows, 80 registers: 3 blocks of
     # 256 threads per SM), whose sizes its definition fixes

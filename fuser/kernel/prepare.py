@@ -185,8 +185,7 @@ def prepare_inner_outer(fusion: Fusion, args: Sequence[Any], device: torch.devic
     geo = red.geometry(sub, inner[0], rows=True)
     if geo.n_red == 0:
         raise NotLowerable("rows with no elements")
-    vec = vectorizable(sub, geo.vector_axis) if geo.vector_axis is not None else []
-    width = red.vector_width(sub, geo, vec, stride_alignment(sub, vec))
+    vec, width = normalization.inner_outer_vectors(sub, geo)
     try:
         params = normalization.inner_outer_heuristics(sub, geo, width)
     except ValueError as err:

@@ -10,6 +10,7 @@ from fuser.options import disabled
 from . import reduction
 from .analysis import RESHAPE, SubFusion
 from .runtime_info import PERSISTENT_REGISTER_FRACTION
+from .vectorize import stride_alignment, vectorizable
 
 
 def _common(sub: SubFusion) -> str | None:
@@ -116,13 +117,15 @@ def inner_outer_reason(sub: SubFusion) -> str | None:
     if why is not None or sub.a.info is None:
         return why
     geo = reduction.geometry(sub, inner[0], rows=True)
-    if geo.n_iter < INNER_OUTER_MIN_ROWS:
-        return (f"{geo.n_iter} rows, fewer than INNER_OUTER_MIN_ROWS = {INNER_OUTER_MIN_ROWS} (separate kernels "
-                f"instead of a grid reduction across few blocks)")
     try:
         row_segments(sub, geo)
+        groups = -(-geo.n_iter // inner_outer_heuristics(sub, geo, inner_outer_vectors(sub, geo)[1]).bdy)
     except ValueError as err:
         return str(err)
+    sms = sub.a.info.device_limits.sm_count
+    if INNER_OUTER_FEW_ROWS_APART and groups < sms:
+        return (f"{geo.n_iter} rows make {groups} groups of a block's rows, fewer than the {sms} SMs (separate "
+                f"kernels instead of a grid reduction across few blocks)")
     # ... and beside them, per element of a row, its inputs along the row (weights) and a
     # float accumulator per outer reduction
     held = row_held_bytes(sub, cols, len(outer))
@@ -480,12 +483,16 @@ INNER_OUTER_VECTORS = 4
 #: 33.5, 60.0 / 61.4, 105.9 / 115.5, 111.7 / 118.5: with one outer reduction "never" is 6-9%
 #: faster from rows of 4096 on an H200 (3% on an H100), the lead for a rule on the count
 INNER_OUTER_WIDE_MAX_OUTER = 2
-#: rows below which a fusion with reductions along and across its rows is not one
-#: inner-outer kernel (whose few blocks then spend most of their time combining partials
-#: across the grid: ncu, H100, RMSNorm backward bf16 [128, 1000], 32 blocks, SMs busy 3.1k
-#: of 17.6k cycles) but separate kernels; 0: any. Not yet timed:
-#: `bench --sweep inner_outer_min_rows_*`
-INNER_OUTER_MIN_ROWS = 0
+#: a fusion with reductions along and across its rows whose inner-outer kernel would have
+#: fewer groups of rows (blocks) than the GPU has SMs runs as separate kernels instead: the
+#: few blocks spend most of their time combining partials across the grid (ncu, H100,
+#: RMSNorm backward bf16 [128, 1000]: 32 blocks, SMs busy 3.1k of 17.6k cycles). `bench
+#: --sweep inner_outer_min_rows_*` (rows below which they split), H100, µs at 0 / 512 /
+#: 2048: RMSNorm backward bf16 [128, 1000] 7.1 / 3.3 / 3.3, [256, 4096] 11.4 / 6.6 / 6.7,
+#: [1024, 1000] 9.0 / 9.1 / 11.5, [2048, 4096] 27.7 / 27.5 / 27.4; LayerNorm bf16 8.7 / 3.5,
+#: 16.1 / 7.8, 11.9 / 11.9 / 13.3; fp32 9.0 / 3.9, 14.5 / 9.0, 11.3 / 11.4 / 13.1 (the
+#: rows where this rule splits: 32 and 64 groups of 4 rows; [1024, 1000] has 256)
+INNER_OUTER_FEW_ROWS_APART = True
 
 
 #: threads per block of an outer-persistent kernel, and bytes of held inputs per thread at
@@ -541,6 +548,12 @@ def outer_persistent_plan(sub: SubFusion) -> tuple[ReductionGeometry, int, Reduc
                          f"{OUTER_MAX_HELD_BYTES}: {fit} rows fit)")
     grid_y = max(1, -(-geo.n_red // (bdy * unroll)))  # no block without rows
     return geo, vectorize, ReductionParams(False, True, vectorize, bdx, bdy, unroll, grid_y, info.index_type)
+
+
+def inner_outer_vectors(sub: SubFusion, geo: ReductionGeometry) -> tuple[list[TensorView], int]:
+    """The tensors an inner-outer kernel loads in vectors along its rows, and the width."""
+    vec = vectorizable(sub, geo.vector_axis) if geo.vector_axis is not None else []
+    return vec, reduction.vector_width(sub, geo, vec, stride_alignment(sub, vec))
 
 
 def inner_outer_heuristics(sub: SubFusion, geo: ReductionGeometry, vectorize: int) -> ReductionParams:
