@@ -308,3 +308,69 @@ def test_few_rows_as_separate_kernels_match_eager_on_the_gpu(switches, poisoned_
 
     switches(N, INNER_OUTER_FEW_ROWS_APART=True)
     bench_case_on_gpu(name, shape, seed=11)
+
+
+@pytest.mark.parametrize("name", ["rmsnorm_bwd_bf16", "layernorm_bwd_bf16", "layernorm_bwd_fp32"])
+def test_a_kept_first_pass_is_not_recomputed_and_simulates_to_the_reference(switches, name):
+    """normalization.INNER_OUTER_KEEP_REGISTERS: within it (here always), the pass after the row
+    reductions reads the first pass's values from registers: it converts no loaded row
+    again, and the kernel simulates to the reference."""
+    from kernel_sim import simulate_fusion
+
+    import fuser.benchmarks.fusions as F
+    from fuser.scheduler import normalization as N
+
+    f = F.by_name(name)
+    torch.manual_seed(5)
+    xs = f.make_inputs("cpu", (24, 1000))
+
+    def passes(src: str) -> tuple[int, int]:
+        body = src[src.index("fuser_inner_outer("):src.index("grid_sync(")]
+        first, later = body.split("block_allreduce_x", 1)
+        return first.count("bfloat_to_float(r") + first.count("] = r"), later.count("bfloat_to_float(r")
+
+    switches(N, INNER_OUTER_KEEP_REGISTERS=0)
+    recomputed = passes(f.fusion_definition().cuda_code_for([x.to("meta") for x in xs]))
+    switches(N, INNER_OUTER_KEEP_REGISTERS=1 << 20)
+    fd = f.fusion_definition()
+    kept = passes(fd.cuda_code_for([x.to("meta") for x in xs]))
+    if "bf16" in name:
+        assert recomputed[1] > 0 and kept[1] == 0, (recomputed, kept)
+    report = simulate_fusion(fd, xs)
+    assert report.ok and report.status == "ok", str(report)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name, shape", [("rmsnorm_bwd_bf16", (2048, 4096)), ("layernorm_bwd_bf16", (1500, 1000)),
+                                         ("layernorm_bwd_fp32", (2048, 4096)), ("rmsnorm_bwd_bf16", (1024, 5000)),
+                                         ("seed001_rmsnorm_bwd_bf16", (56, 1024, 1024))], ids=str)
+@pytest.mark.parametrize("keep", [1 << 20, 0], ids=["kept", "recomputed"])
+def test_kept_and_recomputed_first_passes_match_eager_on_the_gpu(switches, poisoned_kernel_outputs, name, shape,
+                                                                  keep):
+    pytest.importorskip("pycuda")
+    from test_row_loop import bench_case_on_gpu
+
+    from fuser.scheduler import normalization as N
+
+    switches(N, INNER_OUTER_KEEP_REGISTERS=keep)
+    fd = bench_case_on_gpu(name, shape, seed=13)
+    assert "fuser_inner_outer" in fd.last_cuda_code()
+
+
+def test_the_first_pass_is_kept_where_its_values_fit_the_register_budget():
+    """Seed 001 (rows of 1024 over 128 threads: 8 elements a thread) keeps its first pass's
+    values; LayerNorm backward bf16 [16384, 4096] (32 elements a thread) recomputes them."""
+    import fuser.benchmarks.fusions as F
+    from fuser.scheduler import normalization as N
+
+    def later_pass_conversions(name, shape):
+        f = F.by_name(name)
+        xs = [torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
+              for x in f.inputs(torch.device("cpu"), shape)]
+        src = F.define(name).cuda_code_for(xs)
+        body = src[src.index("fuser_inner_outer("):src.index("grid_sync(")]
+        return body.split("block_allreduce_x", 1)[1].count("bfloat_to_float(r")
+
+    assert N.INNER_OUTER_KEEP_REGISTERS > 0
+    assert later_pass_conversions("seed001_rmsnorm_bwd_bf16", (56, 1024, 1024)) == 0
+    assert later_pass_conversions("layernorm_bwd_bf16", (16384, 4096)) > 0

@@ -115,6 +115,14 @@ SWEEPS: tuple[Sweep, ...] = (
           (256, 512, 1024), "seed001_rmsnorm_bwd_bf16", (SEED001_SHAPE,),
           "threads of an inner-outer block with at most INNER_OUTER_WIDE_MAX_OUTER reductions across rows "
           "(half as many with more, as seed 001 has)"),
+    *(Sweep(f"inner_outer_keep_{f}", "fuser.scheduler.normalization", "INNER_OUTER_KEEP_REGISTERS",
+            (0, 32, 128), f, shapes, "registers per thread an inner-outer kernel may spend keeping its first "
+            "pass's values for the pass after the row reductions (instead of recomputing them)")
+      for f, shapes in (("seed001_rmsnorm_bwd_bf16", (SEED001_SHAPE,)),
+                        ("layernorm_bwd_bf16", ((16384, 4096), (2048, 1000))),
+                        ("rmsnorm_bwd_bf16", ((16384, 4096), (2048, 4096))),
+                        ("rmsnorm_bwd_fp32", ((16384, 4096), (2048, 4096))),
+                        ("layernorm_bwd_fp32", ((16384, 4096), (2048, 4096))))),
     Sweep("seed001_stages", "fuser.lower.row_loop", "STAGES", (2, 3, 4), "seed001_rmsnorm_bwd_bf16",
           (SEED001_SHAPE,), "groups of rows in shared memory at once (one being reduced, the rest in flight)"),
     Sweep("seed001_stage_rows", "fuser.lower.inner_outer", "STAGE_ROWS", ("narrow", "none", "all"),

@@ -185,7 +185,7 @@ def prepare_inner_outer(fusion: Fusion, args: Sequence[Any], device: torch.devic
     geo = red.geometry(sub, inner[0], rows=True)
     if geo.n_red == 0:
         raise NotLowerable("rows with no elements")
-    vec, width = normalization.inner_outer_vectors(sub, geo)
+    vec, width = normalization.row_vectors(sub, geo)
     try:
         params = normalization.inner_outer_heuristics(sub, geo, width)
     except ValueError as err:

@@ -542,7 +542,7 @@ class ReductionLowering:
         for e in exprs:
             if not (isinstance(e, (ReductionOp, WelfordOp)) and expr_kind(e) == REDUCTION):
                 compute.extend(self._compute(e, u, v))
-                if p.persistent and kept_in_registers(e):
+                if p.persistent and (kept_in_registers(e) or (k == 0 and p.keep_first_pass)):
                     self._kept.update(o for o in e.outputs if isinstance(o, TensorView) and self.full(o))
         row0, col0 = self._row_col(s, u, IntLit(0))
         pred = all_of([c for c in (self._row_ok(row0), lt(col0, self.n_cols)) if c is not None])

@@ -119,7 +119,7 @@ def inner_outer_reason(sub: SubFusion) -> str | None:
     geo = reduction.geometry(sub, inner[0], rows=True)
     try:
         row_segments(sub, geo)
-        groups = -(-geo.n_iter // inner_outer_heuristics(sub, geo, inner_outer_vectors(sub, geo)[1]).bdy)
+        groups = -(-geo.n_iter // inner_outer_heuristics(sub, geo, row_vectors(sub, geo)[1]).bdy)
     except ValueError as err:
         return str(err)
     sms = sub.a.info.device_limits.sm_count
@@ -277,18 +277,20 @@ def inner_persistent_plan(sub: SubFusion) -> tuple[ReductionGeometry, int, Reduc
     """(geometry, vector width, params) of an inner-persistent kernel over `sub` (which has
     runtime info): rows as laid out by `reduction.geometry`, held in registers. Raises
     ValueError where a row does not fit."""
-    from .vectorize import stride_alignment, vectorizable
-
     geo = reduction.geometry(sub, rows=True)
-    vec = vectorizable(sub, geo.vector_axis) if geo.vector_axis is not None else []
-    width = reduction.vector_width(sub, geo, vec, stride_alignment(sub, vec))
+    width = row_vectors(sub, geo)[1]
     return geo, width, inner_persistent_heuristics(sub, geo, width, aim=persistent_elements(sub, geo))
 
 
-def persistent_elements(sub: SubFusion, geo: ReductionGeometry) -> int:
-    """Elements of its row an inner-persistent thread aims to hold: PERSISTENT_ELEMENTS,
-    twice that where the segment's arithmetic takes more than PERSISTENT_WIDE_ABOVE of the
-    device's issue slots per element moved (its tensors spanning rows and columns)."""
+def row_vectors(sub: SubFusion, geo: ReductionGeometry) -> tuple[list[TensorView], int]:
+    """The tensors a persistent kernel loads in vectors along `geo.vector_axis`, and the width."""
+    vec = vectorizable(sub, geo.vector_axis) if geo.vector_axis is not None else []
+    return vec, reduction.vector_width(sub, geo, vec, stride_alignment(sub, vec))
+
+
+def row_issue_share(sub: SubFusion, geo: ReductionGeometry) -> float:
+    """The share of the device's issue slots the segment's arithmetic takes per element
+    moved (`issue.issue_share`), counting the bytes of its tensors spanning rows and columns."""
     cols = geo_red_classes(sub, geo)
     rows = {sub.uf.find(sub.a.id_of(i)) for i in geo.iter_axes}
     moved = 0
@@ -297,8 +299,14 @@ def persistent_elements(sub: SubFusion, geo: ReductionGeometry) -> int:
             mine = set(sub.classes_of(tv))
             if mine & cols and (mine & rows or not rows):
                 moved += tv.dtype.itemsize
-    share = issue_share(sub.exprs, moved, sub.a.info.device_limits)
-    return 2 * PERSISTENT_ELEMENTS if share > PERSISTENT_WIDE_ABOVE else PERSISTENT_ELEMENTS
+    return issue_share(sub.exprs, moved, sub.a.info.device_limits)
+
+
+def persistent_elements(sub: SubFusion, geo: ReductionGeometry) -> int:
+    """Elements of its row an inner-persistent thread aims to hold: PERSISTENT_ELEMENTS,
+    twice that where the segment's arithmetic takes more than PERSISTENT_WIDE_ABOVE of the
+    device's issue slots per element moved."""
+    return 2 * PERSISTENT_ELEMENTS if row_issue_share(sub, geo) > PERSISTENT_WIDE_ABOVE else PERSISTENT_ELEMENTS
 
 
 def inner_persistent_heuristics(sub: SubFusion, geo: ReductionGeometry, vectorize: int, *,
@@ -493,6 +501,18 @@ INNER_OUTER_WIDE_MAX_OUTER = 2
 #: 16.1 / 7.8, 11.9 / 11.9 / 13.3; fp32 9.0 / 3.9, 14.5 / 9.0, 11.3 / 11.4 / 13.1 (the
 #: rows where this rule splits: 32 and 64 groups of 4 rows; [1024, 1000] has 256)
 INNER_OUTER_FEW_ROWS_APART = True
+#: registers per thread an inner-outer kernel may spend keeping its first pass's values
+#: (`first_pass_frontier` per element it holds of a row) so that the pass after the row
+#: reductions reads them instead of recomputing them from the loaded row: fewer
+#: instructions, more registers. `bench --sweep inner_outer_keep_*`, µs recomputed / kept,
+#: (registers the rule counts): H100 seed 001 173.1 / 157.2 (4 values x 8 elements),
+#: LayerNorm backward bf16 [2048, 1000] 17.8 / 13.5 (3 x 16), RMSNorm backward fp32
+#: [16384, 4096] 286.7 / 281.9 and [2048, 4096] 42.1 / 39.8 (3 x 8), LayerNorm fp32 286.5 /
+#: 286.5 and 43.7 / 43.7; but LayerNorm bf16 [16384, 4096] (3 x 32) 148.7 / 304.9 (spilled),
+#: RMSNorm bf16 142.5 / 148.3 and [2048, 4096] 27.6 / 26.8. H200: seed 001 172.2 / 140.4;
+#: LayerNorm bf16 [16384, 4096] 124.8 / 269.9, [2048, 4096] 29.6 / 44.7; RMSNorm bf16
+#: 115.4 / 110.2, 24.0 / 22.9 (3 x 32 each); LayerNorm fp32 203.3 / 204.1, 35.0 / 35.4
+INNER_OUTER_KEEP_REGISTERS = 48
 
 
 #: threads per block of an outer-persistent kernel, and bytes of held inputs per thread at
@@ -516,14 +536,11 @@ def outer_persistent_plan(sub: SubFusion) -> tuple[ReductionGeometry, int, Reduc
     take `vectorize` adjacent columns each over threadIdx.x and rows over threadIdx.y, and
     hold `unroll` rows of them; `grid_y` blocks share a column group, all resident at once
     (their grid synchronises). Raises ValueError where the rows do not fit on the GPU."""
-    from .vectorize import stride_alignment, vectorizable
-
     info = sub.a.info
     geo = reduction.geometry(sub)
     if geo.inner:
         raise ValueError("the reduced axes are innermost in memory (not an outer reduction)")
-    vec = vectorizable(sub, geo.vector_axis) if geo.vector_axis is not None else []
-    vectorize = reduction.vector_width(sub, geo, vec, stride_alignment(sub, vec))
+    vectorize = row_vectors(sub, geo)[1]
     col_vecs = -(-geo.n_iter // vectorize)
     narrow = min(reduction.FEW_COLUMNS_MIN_BDX, _pow2_ceil(col_vecs))
     if OUTER_ONE_BLOCK and geo.n_red <= (OUTER_PERSISTENT_THREADS // narrow) * reduction.UNROLL:
@@ -550,12 +567,6 @@ def outer_persistent_plan(sub: SubFusion) -> tuple[ReductionGeometry, int, Reduc
     return geo, vectorize, ReductionParams(False, True, vectorize, bdx, bdy, unroll, grid_y, info.index_type)
 
 
-def inner_outer_vectors(sub: SubFusion, geo: ReductionGeometry) -> tuple[list[TensorView], int]:
-    """The tensors an inner-outer kernel loads in vectors along its rows, and the width."""
-    vec = vectorizable(sub, geo.vector_axis) if geo.vector_axis is not None else []
-    return vec, reduction.vector_width(sub, geo, vec, stride_alignment(sub, vec))
-
-
 def inner_outer_heuristics(sub: SubFusion, geo: ReductionGeometry, vectorize: int) -> ReductionParams:
     """The inner-persistent row layout (blocks take groups of rows in turn), counting the
     float tile of column accumulators each outer reduction keeps per thread, in blocks of
@@ -578,4 +589,21 @@ def inner_outer_heuristics(sub: SubFusion, geo: ReductionGeometry, vectorize: in
             bdy //= 2
     # (its grid is as many blocks as fit at once: the compiler's register choice decides;
     # the inner-outer kernel takes rows in turn whatever `row_loop` says)
-    return dataclasses.replace(p, bdy=bdy, min_blocks=0, row_loop=False, late_loads=False)
+    # a kept value costs a register per element of the row a thread holds
+    keep = first_pass_frontier(sub, geo) * p.unroll * p.vectorize <= INNER_OUTER_KEEP_REGISTERS
+    return dataclasses.replace(p, bdy=bdy, min_blocks=0, row_loop=False, late_loads=False, keep_first_pass=keep)
+
+
+def first_pass_frontier(sub: SubFusion, geo: ReductionGeometry) -> int:
+    """How many row-spanning values computed before the reductions along the rows the
+    computation after them reads: what a persistent kernel's later pass either recomputes
+    from the loaded row or keeps in registers from its first pass."""
+    cols = geo_red_classes(sub, geo)
+    after: set = {r.expr.outputs[0] for r in sub.reductions() if r.is_inner}
+    for e in sub.exprs:  # (in topological order)
+        if any(v in after for v in e.inputs):
+            after.update(o for o in e.outputs if isinstance(o, TensorView))
+    produced = set(sub.produced)
+    frontier = {v for e in sub.exprs if any(o in after for o in e.outputs) for v in e.inputs
+                if isinstance(v, TensorView) and v in produced and v not in after and set(sub.classes_of(v)) & cols}
+    return len(frontier)

@@ -239,7 +239,9 @@ class ReductionParams:
     grid holds only the blocks the GPU holds at once, and each takes groups of rows in
     turn (loading what does not span the rows, weights, once). `late_loads` (inner
     persistent): each input is loaded at the first pass over the row that reads it (a
-    norm's weights after its reductions), not all with the row."""
+    norm's weights after its reductions), not all with the row. `keep_first_pass`
+    (persistent): later passes read the values the first pass computed from registers
+    instead of recomputing them from the loaded row."""
 
     inner: bool
     persistent: bool
@@ -252,11 +254,13 @@ class ReductionParams:
     min_blocks: int = 0
     row_loop: bool = False
     late_loads: bool = False
+    keep_first_pass: bool = False
 
     def __str__(self) -> str:
         # (the optional fields only where they are set)
         extra = "".join(f", {k}={v}" for k, v in (("min_blocks", self.min_blocks), ("row_loop", self.row_loop),
-                                                    ("late_loads", self.late_loads)) if v)
+                                                    ("late_loads", self.late_loads),
+                                                    ("keep_first_pass", self.keep_first_pass)) if v)
         return (f"ReductionParams(inner={self.inner}, persistent={self.persistent}, vectorize={self.vectorize}, "
                 f"bdx={self.bdx}, bdy={self.bdy}, unroll={self.unroll}, grid_y={self.grid_y}, "
                 f"index_type={self.index_type}{extra})")
