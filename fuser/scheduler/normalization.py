@@ -288,9 +288,10 @@ def row_vectors(sub: SubFusion, geo: ReductionGeometry) -> tuple[list[TensorView
     return vec, reduction.vector_width(sub, geo, vec, stride_alignment(sub, vec))
 
 
-def row_issue_share(sub: SubFusion, geo: ReductionGeometry) -> float:
-    """The share of the device's issue slots the segment's arithmetic takes per element
-    moved (`issue.issue_share`), counting the bytes of its tensors spanning rows and columns."""
+def persistent_elements(sub: SubFusion, geo: ReductionGeometry) -> int:
+    """Elements of its row an inner-persistent thread aims to hold: PERSISTENT_ELEMENTS,
+    twice that where the segment's arithmetic takes more than PERSISTENT_WIDE_ABOVE of the
+    device's issue slots per element moved (its tensors spanning rows and columns)."""
     cols = geo_red_classes(sub, geo)
     rows = {sub.uf.find(sub.a.id_of(i)) for i in geo.iter_axes}
     moved = 0
@@ -299,14 +300,8 @@ def row_issue_share(sub: SubFusion, geo: ReductionGeometry) -> float:
             mine = set(sub.classes_of(tv))
             if mine & cols and (mine & rows or not rows):
                 moved += tv.dtype.itemsize
-    return issue_share(sub.exprs, moved, sub.a.info.device_limits)
-
-
-def persistent_elements(sub: SubFusion, geo: ReductionGeometry) -> int:
-    """Elements of its row an inner-persistent thread aims to hold: PERSISTENT_ELEMENTS,
-    twice that where the segment's arithmetic takes more than PERSISTENT_WIDE_ABOVE of the
-    device's issue slots per element moved."""
-    return 2 * PERSISTENT_ELEMENTS if row_issue_share(sub, geo) > PERSISTENT_WIDE_ABOVE else PERSISTENT_ELEMENTS
+    share = issue_share(sub.exprs, moved, sub.a.info.device_limits)
+    return 2 * PERSISTENT_ELEMENTS if share > PERSISTENT_WIDE_ABOVE else PERSISTENT_ELEMENTS
 
 
 def inner_persistent_heuristics(sub: SubFusion, geo: ReductionGeometry, vectorize: int, *,
@@ -495,11 +490,13 @@ INNER_OUTER_WIDE_MAX_OUTER = 2
 #: fewer groups of rows (blocks) than the GPU has SMs runs as separate kernels instead: the
 #: few blocks spend most of their time combining partials across the grid (ncu, H100,
 #: RMSNorm backward bf16 [128, 1000]: 32 blocks, SMs busy 3.1k of 17.6k cycles). `bench
-#: --sweep inner_outer_min_rows_*` (rows below which they split), H100, µs at 0 / 512 /
-#: 2048: RMSNorm backward bf16 [128, 1000] 7.1 / 3.3 / 3.3, [256, 4096] 11.4 / 6.6 / 6.7,
-#: [1024, 1000] 9.0 / 9.1 / 11.5, [2048, 4096] 27.7 / 27.5 / 27.4; LayerNorm bf16 8.7 / 3.5,
-#: 16.1 / 7.8, 11.9 / 11.9 / 13.3; fp32 9.0 / 3.9, 14.5 / 9.0, 11.3 / 11.4 / 13.1 (the
-#: rows where this rule splits: 32 and 64 groups of 4 rows; [1024, 1000] has 256)
+#: --sweep inner_outer_few_rows_apart_*`, µs one kernel / apart at [128, 1000], [256, 4096],
+#: [512, 1000], [512, 4096], [1024, 1000] (256 groups: one kernel), [2048, 4096]: H100
+#: RMSNorm backward bf16 7.1 / 3.3, 11.4 / 6.6, 7.1 / 6.3, 13.5 / 10.7, 9.0, 27.5; LayerNorm
+#: bf16 8.7 / 3.4, 16.1 / 7.9, 9.5 / 6.9, 18.4 / 12.0, 12.0, 32.8; fp32 9.0 / 3.9, 14.4 (one
+#: kernel: rows of 4096 floats take a block each), 9.7 / 7.5, 18.0 / 17.8, 11.4, 43.6. H200:
+#: 6.9 / 3.2, 11.0 / 6.3, 6.8 / 6.1, 12.7 / 9.5; 8.7 / 3.4, 15.8 / 7.5, 9.1 / 6.9, 17.7 /
+#: 11.1; 8.9 / 3.9, 13.4 / 13.2, 9.1 / 6.9, 16.8 / 16.7
 INNER_OUTER_FEW_ROWS_APART = True
 #: registers per thread an inner-outer kernel may spend keeping its first pass's values
 #: (`first_pass_frontier` per element it holds of a row) so that the pass after the row
@@ -599,7 +596,7 @@ def first_pass_frontier(sub: SubFusion, geo: ReductionGeometry) -> int:
     computation after them reads: what a persistent kernel's later pass either recomputes
     from the loaded row or keeps in registers from its first pass."""
     cols = geo_red_classes(sub, geo)
-    after: set = {r.expr.outputs[0] for r in sub.reductions() if r.is_inner}
+    after: set = {o for r in sub.reductions() if r.is_inner for o in r.expr.outputs if isinstance(o, TensorView)}
     for e in sub.exprs:  # (in topological order)
         if any(v in after for v in e.inputs):
             after.update(o for o in e.outputs if isinstance(o, TensorView))
