@@ -223,9 +223,11 @@ def check_merged_to_fixed_point(seg) -> None:
     if whole is not None and not cuts:
         assert len(groups) == 1, (f"{whole.value} accepts the whole fusion, segmented as "
                                   f"{[g.scheduler.value for g in groups]}")
-    # each group's scheduler is the registry's first to accept it (a lone op none takes: ATen)
+    # each group's scheduler is the registry's first to accept it (a lone op none takes: ATen),
+    # asked of the group as it is, with the outputs it provides (a value another group
+    # recomputes is not one: a resize group's cast that the next group casts again)
     for gi, g in enumerate(groups):
-        st = propose(analysis.sub(analysis.expr_index[e] for e in g.exprs))
+        st = propose(analysis.sub((analysis.expr_index[e] for e in g.exprs), set(g.outputs)))
         if st is None and len(g.owned) == 1:
             st = SchedulerType.expr_eval
         assert g.scheduler is st, f"group {gi} is {g.scheduler.value}, the registry proposes {st}"
@@ -661,3 +663,20 @@ def test_remat_kept_where_every_group_takes_its_real_outputs(monkeypatch):
     seg = fd.segmented_fusion_for([torch.randn(5).half()])
     assert attempts == [True], attempts  # the first attempt, with rematerialisation, stands
     check_structure(seg, custom=False)
+
+
+def test_a_group_is_checked_with_the_outputs_it_provides():
+    """Found by the fuzz above: a resize group casts an input that the reduction group after
+    it casts again (recomputation), so the cast is not among the resize group's outputs; the
+    check must ask the registry about the group with those outputs, as the segmenter did."""
+    with FusionDefinition() as fd:
+        t0 = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.BFloat16)
+        t1 = fd.ops.cast(t0, dtype=DataType.Float)
+        t3 = fd.ops.cat([t1, fd.ops.neg(t1)], dim=1)
+        t4 = fd.ops.slice(t3, start_indices=[0, 2], end_indices=[2, 4])
+        t6 = fd.ops.add(fd.ops.add(t4, t1), t4)
+        fd.add_output(fd.ops.sum(fd.ops.neg(fd.ops.neg(t6)), dims=[0], keepdim=False))
+    seg = fd.segmented_fusion_for([torch.empty(2, 2, dtype=torch.bfloat16, device="meta")])
+    assert [g.scheduler for g in seg.groups] == [SchedulerType.resize, SchedulerType.reduction]
+    assert len(seg.groups[0].outputs) == 1
+    check_merged_to_fixed_point(seg)
