@@ -374,3 +374,40 @@ def test_the_first_pass_is_kept_where_its_values_fit_the_register_budget():
     assert N.INNER_OUTER_KEEP_REGISTERS > 0
     assert later_pass_conversions("seed001_rmsnorm_bwd_bf16", (56, 1024, 1024)) == 0
     assert later_pass_conversions("layernorm_bwd_bf16", (16384, 4096)) > 0
+
+
+def test_a_kept_first_pass_without_launders_simulates_to_the_reference(switches):
+    """lower.reduction.KEPT_PASS_LAUNDER off (a sweep's switch): the kept kernel launders
+    nothing, and still simulates to the reference."""
+    from kernel_sim import simulate_fusion
+
+    import fuser.benchmarks.fusions as F
+    import fuser.lower.reduction as R
+    from fuser.scheduler import normalization as N
+
+    f = F.by_name("layernorm_bwd_bf16")
+    torch.manual_seed(9)
+    xs = f.make_inputs("cpu", (24, 1000))
+    switches(N, INNER_OUTER_KEEP_REGISTERS=1 << 20)
+    assert "fuser::launder(" in f.fusion_definition().cuda_code_for([x.to("meta") for x in xs])
+    switches(R, KEPT_PASS_LAUNDER=False)
+    fd = f.fusion_definition()
+    assert "fuser::launder(" not in fd.cuda_code_for([x.to("meta") for x in xs])
+    report = simulate_fusion(fd, xs)
+    assert report.ok and report.status == "ok", str(report)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name, shape", [("layernorm_bwd_bf16", (1500, 1000)), ("rmsnorm_bwd_fp32", (2048, 4096)),
+                                         ("seed001_rmsnorm_bwd_bf16", (56, 1024, 1024))], ids=str)
+def test_a_kept_first_pass_without_launders_matches_eager_on_the_gpu(switches, poisoned_kernel_outputs, name, shape):
+    pytest.importorskip("pycuda")
+    from test_row_loop import bench_case_on_gpu
+
+    import fuser.lower.reduction as R
+    from fuser.scheduler import normalization as N
+
+    switches(N, INNER_OUTER_KEEP_REGISTERS=1 << 20)
+    switches(R, KEPT_PASS_LAUNDER=False)
+    fd = bench_case_on_gpu(name, shape, seed=17)
+    assert "fuser_inner_outer" in fd.last_cuda_code() and "fuser::launder(" not in fd.last_cuda_code()

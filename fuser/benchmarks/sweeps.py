@@ -123,6 +123,12 @@ SWEEPS: tuple[Sweep, ...] = (
                         ("rmsnorm_bwd_bf16", ((16384, 4096), (2048, 4096))),
                         ("rmsnorm_bwd_fp32", ((16384, 4096), (2048, 4096))),
                         ("layernorm_bwd_fp32", ((16384, 4096), (2048, 4096))))),
+    *(Sweep(f"kept_pass_launder_{f}", "fuser.lower.reduction", "KEPT_PASS_LAUNDER", (True, False), f, shapes,
+            "a kernel keeping its first pass's values still launders its loaded inputs before later passes "
+            "(weights then converted again every row)")
+      for f, shapes in (("seed001_rmsnorm_bwd_bf16", (SEED001_SHAPE,)),
+                        ("layernorm_bwd_bf16", ((2048, 1000), (1024, 2048))),
+                        ("rmsnorm_bwd_fp32", ((16384, 4096), (2048, 4096))))),
     Sweep("seed001_stages", "fuser.lower.row_loop", "STAGES", (2, 3, 4), "seed001_rmsnorm_bwd_bf16",
           (SEED001_SHAPE,), "groups of rows in shared memory at once (one being reduced, the rest in flight)"),
     Sweep("seed001_stage_rows", "fuser.lower.inner_outer", "STAGE_ROWS", ("narrow", "none", "all"),

@@ -86,6 +86,12 @@ PERSISTENT_CACHE_HINTS = "plain"
 #: 16384]: H200 164.7 / 153.3 / 81.9 -> 135.4 / 130.7 / 67.3 us; H100 213.8 -> 161.2 at
 #: [16384, 4096]; fp32 (memory-bound either way) 277.9 -> 275.1 on the H100
 OUTER_WELFORD_ONLINE = True
+#: whether a kernel that keeps its first pass's values (ReductionParams.keep_first_pass)
+#: still launders its loaded inputs before later passes. Laundering the inputs loaded once
+#: (weights) makes every iteration of a row loop convert them again; without it the
+#: compiler may hold their converted values across the loop (seed 001: 112 -> 128
+#: registers, no spills). Not yet timed: `bench --sweep kept_pass_launder_*`
+KEPT_PASS_LAUNDER = True
 
 #: the most shared memory a column reduction's tile of lanes may take to be combined over
 #: the block at once (see ReductionLowering._tiled); a persistent kernel takes two
@@ -388,7 +394,7 @@ class ReductionLowering:
         weights converted early) live across a block reduction. On an H100 this took
         RMSNorm bf16 [16384, 4096] from 48 to 32 registers and 89% to 96% of copy
         bandwidth, LayerNorm bf16 from 64 to 47 registers and 73% to 91%."""
-        if self.full_tile == 1:
+        if self.full_tile == 1 or (self.p.keep_first_pass and not KEPT_PASS_LAUNDER):
             return []
         return [kir.Launder(Var(self.regs[tv])) for tv in self.fusion.inputs
                 if isinstance(tv, TensorView) and tv in self.regs and self.full(tv) and tv in self._loaded
