@@ -143,3 +143,36 @@ def test_outer_welford_matches_eager_on_the_gpu(welford, poisoned_kernel_outputs
             assert_close(g.double(), w, what=f"output {k}", rtol=1e-4, atol=1e-4)
         else:
             assert_close(g, w, what=f"output {k}")
+
+
+@pytest.mark.parametrize("name", ["batch_norm_bf16_130x1000", "var_mean_bf16_37x40", "batch_norm_fp16_2999x72"])
+def test_one_block_short_vectors_simulate_to_the_reference(switches, name):
+    """normalization.OUTER_ONE_BLOCK_SHORT_VECTORS (a sweep's switch, off): a one-block
+    outer-persistent kernel over few columns takes shorter vectors (130 x 1000: 2 elements
+    instead of 4, 125 blocks instead of 63) and still simulates to the reference."""
+    from kernel_sim import simulate_fusion
+
+    from fuser.scheduler import normalization as N
+
+    fd, xs = _case(name)
+    widths = []
+    for on in (False, True):
+        switches(N, OUTER_ONE_BLOCK_SHORT_VECTORS=on)
+        fd, xs = _case(name)
+        src = fd.cuda_code_for([x.to("meta") for x in xs])
+        widths.append(sorted(set(re.findall(r"load_vec<[^,]+, (\d+)>", src))))
+    if name == "batch_norm_bf16_130x1000":
+        assert widths == [["4"], ["2"]], widths
+    report = simulate_fusion(fd, xs, resident=3)
+    assert report.ok and report.status == "ok", str(report)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["batchnorm_fwd_bf16", "batchnorm_fwd_fp32"])
+@pytest.mark.parametrize("shape", [(128, 1000), (200, 333), (64, 4096), (3, 8)], ids=str)
+def test_one_block_short_vectors_match_eager_on_the_gpu(switches, poisoned_kernel_outputs, name, shape):
+    pytest.importorskip("pycuda")
+    from fuser.scheduler import normalization as N
+
+    switches(N, OUTER_ONE_BLOCK_SHORT_VECTORS=True)
+    bench_case_on_gpu(name, shape, seed=19)

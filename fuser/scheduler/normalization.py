@@ -523,6 +523,10 @@ OUTER_PERSISTENT_THREADS = 256
 #: 12.3 -> 3.9, [256, 1000] 24.0 -> 5.3 / 25.3 -> 5.5, [64, 4096] 11.7 -> 3.9 / 11.8 -> 4.0,
 #: [200, 333] 5.5 -> 3.1 / 5.6 -> 3.1; [1024, 1000] (a grid still) unchanged
 OUTER_ONE_BLOCK = True
+#: ... with shorter vectors while twice the column groups still fit one wave, as the outer
+#: reduction's few-columns rule does (batch norm [128, 1000]: 63 blocks of 4-element vectors
+#: on 132 SMs, 125 of 2). Not yet timed: `bench --sweep outer_one_block_short_vectors_*`
+OUTER_ONE_BLOCK_SHORT_VECTORS = False
 OUTER_MAX_HELD_BYTES = 192
 #: blocks per SM an outer-persistent kernel is compiled to fit (__launch_bounds__)
 OUTER_PERSISTENT_MIN_BLOCKS = 2
@@ -538,15 +542,19 @@ def outer_persistent_plan(sub: SubFusion) -> tuple[ReductionGeometry, int, Reduc
     if geo.inner:
         raise ValueError("the reduced axes are innermost in memory (not an outer reduction)")
     vectorize = row_vectors(sub, geo)[1]
+    sms = info.device_limits.sm_count
     col_vecs = -(-geo.n_iter // vectorize)
     narrow = min(reduction.FEW_COLUMNS_MIN_BDX, _pow2_ceil(col_vecs))
     if OUTER_ONE_BLOCK and geo.n_red <= (OUTER_PERSISTENT_THREADS // narrow) * reduction.UNROLL:
         # every row in one block of narrow column groups: a block reduction, no grid barrier
         bdy = max(1, min(OUTER_PERSISTENT_THREADS // narrow, _pow2_ceil(-(-geo.n_red // reduction.UNROLL))))
         unroll = max(1, -(-geo.n_red // bdy))
-        held = row_held_bytes(sub, geo_red_classes(sub, geo), 0) * unroll * vectorize
+        one_vec = vectorize
+        while OUTER_ONE_BLOCK_SHORT_VECTORS and one_vec > 1 and 2 * -(-geo.n_iter // (narrow * one_vec)) <= sms:
+            one_vec //= 2  # (twice the blocks still one wave: more SMs share the columns)
+        held = row_held_bytes(sub, geo_red_classes(sub, geo), 0) * unroll * one_vec
         if held <= OUTER_MAX_HELD_BYTES:
-            return geo, vectorize, ReductionParams(False, True, vectorize, narrow, bdy, unroll, 1, info.index_type)
+            return geo, one_vec, ReductionParams(False, True, one_vec, narrow, bdy, unroll, 1, info.index_type)
     bdx = min(32, _pow2_ceil(col_vecs))
     bdy = max(1, min(OUTER_PERSISTENT_THREADS // bdx, _pow2_ceil(geo.n_red)))
     blocks_x = max(1, -(-col_vecs // bdx))  # (no columns: an empty grid, one block planned)
