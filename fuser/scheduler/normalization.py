@@ -600,9 +600,9 @@ def inner_outer_heuristics(sub: SubFusion, geo: ReductionGeometry, vectorize: in
 
 
 def first_pass_frontier(sub: SubFusion, geo: ReductionGeometry) -> int:
-    """How many row-spanning values computed before the reductions along the rows the
-    computation after them reads: what a persistent kernel's later pass either recomputes
-    from the loaded row or keeps in registers from its first pass."""
+    """The number of row-spanning values computed before the reductions along the rows and
+    read after them: what a persistent kernel's later pass either recomputes from the
+    loaded row or keeps in registers from its first pass."""
     cols = geo_red_classes(sub, geo)
     after: set = {o for r in sub.reductions() if r.is_inner for o in r.expr.outputs if isinstance(o, TensorView)}
     for e in sub.exprs:  # (in topological order)
