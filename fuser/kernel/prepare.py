@@ -148,9 +148,9 @@ def prepare_reduction(fusion: Fusion, args: Sequence[Any], device: torch.device 
         for tv in fusion.outputs:  # written inside the column loop, which visits nothing
             if isinstance(tv, TensorView) and set(sub.classes_of(tv)) & reds[0].red_classes and info.numel(tv):
                 raise NotLowerable(f"output {tv!r} spans reduced axes with no elements but has elements itself")
-    vec = vectorizable(sub, geo.vector_axis) if geo.vector_axis is not None else []
+    vec, plain_width = red.vectors(sub, geo)
     if not (outer or persistent):
-        width = red.vector_width(sub, geo, vec, stride_alignment(sub, vec))
+        width = plain_width
         try:
             params = red.heuristics(sub, geo, width)
         except ValueError as err:
@@ -185,7 +185,7 @@ def prepare_inner_outer(fusion: Fusion, args: Sequence[Any], device: torch.devic
     geo = red.geometry(sub, inner[0], rows=True)
     if geo.n_red == 0:
         raise NotLowerable("rows with no elements")
-    vec, width = normalization.row_vectors(sub, geo)
+    vec, width = red.vectors(sub, geo)
     try:
         params = normalization.inner_outer_heuristics(sub, geo, width)
     except ValueError as err:

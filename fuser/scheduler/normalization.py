@@ -10,7 +10,6 @@ from fuser.options import disabled
 from . import reduction
 from .analysis import RESHAPE, SubFusion
 from .runtime_info import PERSISTENT_REGISTER_FRACTION
-from .vectorize import stride_alignment, vectorizable
 
 
 def _common(sub: SubFusion) -> str | None:
@@ -119,13 +118,8 @@ def inner_outer_reason(sub: SubFusion) -> str | None:
     geo = reduction.geometry(sub, inner[0], rows=True)
     try:
         row_segments(sub, geo)
-        groups = -(-geo.n_iter // inner_outer_heuristics(sub, geo, row_vectors(sub, geo)[1]).bdy)
     except ValueError as err:
         return str(err)
-    sms = sub.a.info.device_limits.sm_count
-    if INNER_OUTER_FEW_ROWS_APART and groups < sms:
-        return (f"{geo.n_iter} rows make {groups} groups of a block's rows, fewer than the {sms} SMs (separate "
-                f"kernels instead of a grid reduction across few blocks)")
     # ... and beside them, per element of a row, its inputs along the row (weights) and a
     # float accumulator per outer reduction
     held = row_held_bytes(sub, cols, len(outer))
@@ -133,6 +127,15 @@ def inner_outer_reason(sub: SubFusion) -> str | None:
     if held * n > register_budget(sub):
         return (f"a row of {n} elements takes {held * n} bytes of registers (inputs and column accumulators), "
                 f"more than the {register_budget(sub)} bytes registers hold")
+    if INNER_OUTER_FEW_ROWS_APART:
+        try:
+            groups = -(-geo.n_iter // inner_outer_heuristics(sub, geo, reduction.vectors(sub, geo)[1]).bdy)
+        except ValueError as err:
+            return str(err)
+        sms = sub.a.info.device_limits.sm_count
+        if groups < sms:
+            return (f"{geo.n_iter} rows make {groups} groups of a block's rows, fewer than the {sms} SMs "
+                    f"(separate kernels instead of a grid reduction across few blocks)")
     return None
 
 
@@ -278,14 +281,8 @@ def inner_persistent_plan(sub: SubFusion) -> tuple[ReductionGeometry, int, Reduc
     runtime info): rows as laid out by `reduction.geometry`, held in registers. Raises
     ValueError where a row does not fit."""
     geo = reduction.geometry(sub, rows=True)
-    width = row_vectors(sub, geo)[1]
+    width = reduction.vectors(sub, geo)[1]
     return geo, width, inner_persistent_heuristics(sub, geo, width, aim=persistent_elements(sub, geo))
-
-
-def row_vectors(sub: SubFusion, geo: ReductionGeometry) -> tuple[list[TensorView], int]:
-    """The tensors a persistent kernel loads in vectors along `geo.vector_axis`, and the width."""
-    vec = vectorizable(sub, geo.vector_axis) if geo.vector_axis is not None else []
-    return vec, reduction.vector_width(sub, geo, vec, stride_alignment(sub, vec))
 
 
 def persistent_elements(sub: SubFusion, geo: ReductionGeometry) -> int:
@@ -541,7 +538,7 @@ def outer_persistent_plan(sub: SubFusion) -> tuple[ReductionGeometry, int, Reduc
     geo = reduction.geometry(sub)
     if geo.inner:
         raise ValueError("the reduced axes are innermost in memory (not an outer reduction)")
-    vectorize = row_vectors(sub, geo)[1]
+    vectorize = reduction.vectors(sub, geo)[1]
     sms = info.device_limits.sm_count
     col_vecs = -(-geo.n_iter // vectorize)
     narrow = min(reduction.FEW_COLUMNS_MIN_BDX, _pow2_ceil(col_vecs))
@@ -549,9 +546,7 @@ def outer_persistent_plan(sub: SubFusion) -> tuple[ReductionGeometry, int, Reduc
         # every row in one block of narrow column groups: a block reduction, no grid barrier
         bdy = max(1, min(OUTER_PERSISTENT_THREADS // narrow, _pow2_ceil(-(-geo.n_red // reduction.UNROLL))))
         unroll = max(1, -(-geo.n_red // bdy))
-        one_vec = vectorize
-        while OUTER_ONE_BLOCK_SHORT_VECTORS and one_vec > 1 and 2 * -(-geo.n_iter // (narrow * one_vec)) <= sms:
-            one_vec //= 2  # (twice the blocks still one wave: more SMs share the columns)
+        one_vec = reduction.wave_vector(geo.n_iter, narrow, vectorize, sms) if OUTER_ONE_BLOCK_SHORT_VECTORS else vectorize
         held = row_held_bytes(sub, geo_red_classes(sub, geo), 0) * unroll * one_vec
         if held <= OUTER_MAX_HELD_BYTES:
             return geo, one_vec, ReductionParams(False, True, one_vec, narrow, bdy, unroll, 1, info.index_type)
@@ -604,11 +599,8 @@ def first_pass_frontier(sub: SubFusion, geo: ReductionGeometry) -> int:
     read after them: what a persistent kernel's later pass either recomputes from the
     loaded row or keeps in registers from its first pass."""
     cols = geo_red_classes(sub, geo)
-    after: set = {o for r in sub.reductions() if r.is_inner for o in r.expr.outputs if isinstance(o, TensorView)}
-    for e in sub.exprs:  # (in topological order)
-        if any(v in after for v in e.inputs):
-            after.update(o for o in e.outputs if isinstance(o, TensorView))
+    after, _ = sub._flow([r for r in sub.reductions() if r.is_inner])  # (what depends on them)
     produced = set(sub.produced)
-    frontier = {v for e in sub.exprs if any(o in after for o in e.outputs) for v in e.inputs
-                if isinstance(v, TensorView) and v in produced and v not in after and set(sub.classes_of(v)) & cols}
+    frontier = {v for e in sub.exprs if any(after.get(o) for o in e.outputs) for v in e.inputs
+                if isinstance(v, TensorView) and v in produced and not after.get(v) and set(sub.classes_of(v)) & cols}
     return len(frontier)

@@ -284,6 +284,21 @@ def _pow2_floor(n: int) -> int:
     return p
 
 
+def vectors(sub: SubFusion, geo: ReductionGeometry) -> tuple[list[TensorView], int]:
+    """The tensors a reduction kernel loads in vectors along `geo.vector_axis`, and the
+    width their sizes, strides and alignment allow."""
+    vec = vectorize.vectorizable(sub, geo.vector_axis) if geo.vector_axis is not None else []
+    return vec, vector_width(sub, geo, vec, vectorize.stride_alignment(sub, vec))
+
+
+def wave_vector(columns: int, bdx: int, vectorize: int, sms: int) -> int:
+    """`vectorize` halved while twice the blocks of `bdx` threads over `columns` columns
+    still fit one wave on `sms` SMs: few columns spread over more SMs."""
+    while vectorize > 1 and 2 * -(-columns // (bdx * vectorize)) <= sms:
+        vectorize //= 2
+    return vectorize
+
+
 def vector_width(sub: SubFusion, geo: ReductionGeometry, vectorized: list[TensorView], max_vector: int) -> int:
     """Elements per vector access along the innermost axis (vectorize.vector_width)."""
     if geo.vector_axis is None:
@@ -422,8 +437,7 @@ def heuristics(sub: SubFusion, geo: ReductionGeometry, vectorize: int) -> Reduct
         # and shorter vectors while twice the blocks still fit one wave (fp32 [128, 1000]:
         # 3.09 -> 2.71 us with 2-element vectors, bf16 3.21 -> 2.72; the column allreduce
         # of a 2-element tile then goes through warp shuffles)
-        while vectorize > 1 and 2 * -(-rows // (bdx * vectorize)) <= sms:
-            vectorize //= 2
+        vectorize = wave_vector(rows, bdx, vectorize, sms)
         bdy = max(1, min(BLOCK_THREADS // bdx, _pow2_ceil(-(-cols // UNROLL))))
     unroll = _rows_unroll(cols, bdy, _narrow_rows(sub, vectorize) if vectorize == width else UNROLL)
     return ReductionParams(False, False, vectorize, bdx, bdy, unroll, grid_y, info.index_type)
