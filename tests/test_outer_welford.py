@@ -62,6 +62,7 @@ CASES = {
     "var_mean_fp32_1001x24": (_var_mean_rows, DataType.Float, (1001, 24), 100.0),
     "var_mean_bf16_6007x136": (_var_mean_rows, DataType.BFloat16, (6007, 136), 3.0),
     "batch_norm_bf16_130x1000": (_batch_norm, DataType.BFloat16, (130, 1000), 0.0),
+    "batch_norm_bf16_120x1000": (_batch_norm, DataType.BFloat16, (120, 1000), 0.5),
     "batch_norm_fp16_2999x72": (_batch_norm, DataType.Half, (2999, 72), 8.0),
     "batch_norm_fp32_20011x8": (_batch_norm, DataType.Float, (20011, 8), -50.0),
     # too many rows to hold: a statistics kernel (simulated), then y (too big to simulate)
@@ -145,11 +146,14 @@ def test_outer_welford_matches_eager_on_the_gpu(welford, poisoned_kernel_outputs
             assert_close(g, w, what=f"output {k}")
 
 
-@pytest.mark.parametrize("name", ["batch_norm_bf16_130x1000", "var_mean_bf16_37x40", "batch_norm_fp16_2999x72"])
+@pytest.mark.parametrize("name", ["batch_norm_bf16_120x1000", "batch_norm_bf16_130x1000", "var_mean_bf16_37x40",
+                                  "batch_norm_fp16_2999x72"])
 def test_one_block_short_vectors_simulate_to_the_reference(switches, name):
-    """normalization.OUTER_ONE_BLOCK_SHORT_VECTORS (a sweep's switch, off): a one-block
-    outer-persistent kernel over few columns takes shorter vectors (130 x 1000: 2 elements
-    instead of 4, 125 blocks instead of 63) and still simulates to the reference."""
+    """normalization.OUTER_ONE_BLOCK_SHORT_VECTORS (on): a one-block outer-persistent
+    kernel over few columns takes shorter vectors (120 x 1000: 2 elements instead of 4,
+    125 blocks of 128 threads instead of 63) while the doubled grid puts at most
+    OUTER_ONE_BLOCK_SM_THREADS threads on an SM (130 x 1000: 256-thread blocks, 242 an
+    SM: vectors of 4 kept), and still simulates to the reference."""
     from kernel_sim import simulate_fusion
 
     from fuser.scheduler import normalization as N
@@ -161,8 +165,10 @@ def test_one_block_short_vectors_simulate_to_the_reference(switches, name):
         fd, xs = _case(name)
         src = fd.cuda_code_for([x.to("meta") for x in xs])
         widths.append(sorted(set(re.findall(r"load_vec<[^,]+, (\d+)>", src))))
-    if name == "batch_norm_bf16_130x1000":
+    if name == "batch_norm_bf16_120x1000":
         assert widths == [["4"], ["2"]], widths
+    if name == "batch_norm_bf16_130x1000":
+        assert widths == [["4"], ["4"]], widths
     report = simulate_fusion(fd, xs, resident=3)
     assert report.ok and report.status == "ok", str(report)
 

@@ -105,7 +105,8 @@ SWEEPS: tuple[Sweep, ...] = (
             "barrier), or shares the rows among blocks that synchronise the grid")
       for f in ("batchnorm_fwd_bf16", "batchnorm_fwd_fp32")),
     *(Sweep(f"outer_one_block_short_vectors_{f}", "fuser.scheduler.normalization", "OUTER_ONE_BLOCK_SHORT_VECTORS",
-            (False, True), f, ((128, 1000), (256, 1000), (64, 4096), (200, 333), (128, 4096)),
+            (False, True), f, ((128, 1000), (256, 1000), (64, 1000), (128, 512), (64, 4096), (200, 333),
+                               (128, 4096)),
             "a one-block outer-persistent kernel takes shorter vectors while twice its column groups fit one wave")
       for f in ("batchnorm_fwd_bf16", "batchnorm_fwd_fp32")),
     *(Sweep(f"inner_outer_few_rows_apart_{f}", "fuser.scheduler.normalization", "INNER_OUTER_FEW_ROWS_APART",

@@ -521,9 +521,17 @@ OUTER_PERSISTENT_THREADS = 256
 #: [200, 333] 5.5 -> 3.1 / 5.6 -> 3.1; [1024, 1000] (a grid still) unchanged
 OUTER_ONE_BLOCK = True
 #: ... with shorter vectors while twice the column groups still fit one wave, as the outer
-#: reduction's few-columns rule does (batch norm [128, 1000]: 63 blocks of 4-element vectors
-#: on 132 SMs, 125 of 2). Not yet timed: `bench --sweep outer_one_block_short_vectors_*`
-OUTER_ONE_BLOCK_SHORT_VECTORS = False
+#: reduction's few-columns rule does, and put at most OUTER_ONE_BLOCK_SM_THREADS threads on
+#: an SM (batch norm [128, 1000]: 63 blocks of 4-element vectors on 132 SMs, 125 of 2).
+#: `bench --sweep outer_one_block_short_vectors_*`, µs off / on, bf16 then fp32: H100 [128,
+#: 1000] 3.7 / 2.9, 3.9 / 3.2; [64, 1000] 4.0 / 2.4, 3.9 / 2.3; [128, 512] 3.1 / 2.3, 3.1 /
+#: 2.1; H200 3.7 / 2.9, 3.6 / 3.0; 3.9 / 2.4, 3.9 / 2.3; 3.1 / 2.2, 3.1 / 2.0; [256, 1000],
+#: [64, 4096], [200, 333], [128, 4096] level on both. Without the cap [256, 1000] (242
+#: threads an SM) lost, H100 5.3 -> 6.2 and 5.4 -> 6.7: the half-sector loads cost more
+#: than the spread gains
+OUTER_ONE_BLOCK_SHORT_VECTORS = True
+#: (one warp for each of an SM's four schedulers)
+OUTER_ONE_BLOCK_SM_THREADS = 128
 OUTER_MAX_HELD_BYTES = 192
 #: blocks per SM an outer-persistent kernel is compiled to fit (__launch_bounds__)
 OUTER_PERSISTENT_MIN_BLOCKS = 2
@@ -546,7 +554,8 @@ def outer_persistent_plan(sub: SubFusion) -> tuple[ReductionGeometry, int, Reduc
         # every row in one block of narrow column groups: a block reduction, no grid barrier
         bdy = max(1, min(OUTER_PERSISTENT_THREADS // narrow, _pow2_ceil(-(-geo.n_red // reduction.UNROLL))))
         unroll = max(1, -(-geo.n_red // bdy))
-        one_vec = reduction.wave_vector(geo.n_iter, narrow, vectorize, sms) if OUTER_ONE_BLOCK_SHORT_VECTORS else vectorize
+        one_vec = (reduction.wave_vector(geo.n_iter, narrow, vectorize, sms, narrow * bdy, OUTER_ONE_BLOCK_SM_THREADS)
+                   if OUTER_ONE_BLOCK_SHORT_VECTORS else vectorize)
         held = row_held_bytes(sub, geo_red_classes(sub, geo), 0) * unroll * one_vec
         if held <= OUTER_MAX_HELD_BYTES:
             return geo, one_vec, ReductionParams(False, True, one_vec, narrow, bdy, unroll, 1, info.index_type)

@@ -291,10 +291,17 @@ def vectors(sub: SubFusion, geo: ReductionGeometry) -> tuple[list[TensorView], i
     return vec, vector_width(sub, geo, vec, vectorize.stride_alignment(sub, vec))
 
 
-def wave_vector(columns: int, bdx: int, vectorize: int, sms: int) -> int:
+def wave_vector(columns: int, bdx: int, vectorize: int, sms: int, block_threads: int = 0,
+                sm_threads: int = 0) -> int:
     """`vectorize` halved while twice the blocks of `bdx` threads over `columns` columns
-    still fit one wave on `sms` SMs: few columns spread over more SMs."""
-    while vectorize > 1 and 2 * -(-columns // (bdx * vectorize)) <= sms:
+    still fit one wave on `sms` SMs: few columns spread over more SMs. With `sm_threads`,
+    also only while the doubled grid of `block_threads`-thread blocks puts at most that
+    many threads on an SM."""
+    def doubled(vec: int) -> int:  # the blocks at half of `vec`
+        return 2 * -(-columns // (bdx * vec))
+
+    while vectorize > 1 and doubled(vectorize) <= sms and (
+            not sm_threads or doubled(vectorize) * block_threads <= sm_threads * sms):
         vectorize //= 2
     return vectorize
 
