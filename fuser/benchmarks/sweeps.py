@@ -109,6 +109,11 @@ SWEEPS: tuple[Sweep, ...] = (
                                (128, 4096)),
             "a one-block outer-persistent kernel takes shorter vectors while twice its column groups fit one wave")
       for f in ("batchnorm_fwd_bf16", "batchnorm_fwd_fp32")),
+    *(Sweep(f"pointwise_rows_{f}", "fuser.scheduler.pointwise", "BREAK_ALONG_SHARE", (float("inf"), 1.0), f,
+            ((16384, 4096), (8192, 8192), (2048, 16384), (2048, 1000), (128, 1000)),
+            "a pointwise kernel with vectors goes 2D, each thread taking several rows, where its inputs along the "
+            "rows weigh more than this many times the spanning tensors per element (inf: never)")
+      for f in ("batchnorm_fwd_bf16", "batchnorm_fwd_fp32")),
     *(Sweep(f"inner_outer_few_rows_apart_{f}", "fuser.scheduler.normalization", "INNER_OUTER_FEW_ROWS_APART",
             (False, True), f, ((128, 1000), (256, 4096), (512, 1000), (512, 4096), (1024, 1000), (2048, 4096)),
             "reductions along and across the rows run as separate kernels where one inner-outer kernel would "

@@ -60,6 +60,17 @@ from .vectorize import vector_width  # noqa: E402
 THREADS = 128
 #: threads per block once there are several waves of blocks
 BIG_BLOCK = 512
+#: rows a thread of a 2D schedule with vectors takes (see heuristics). H200, batch norm's
+#: normalisation kernel, µs 1D / 2D at 1, 2, 4, 8 rows: bf16 [16384, 4096] 83.1 / 81.1,
+#: 63.9, 64.2, 64.4; [8192, 8192] 82.9 / 83.1, 66.9, 64.8, 64.4; [2048, 16384] 42.0 / 42.2,
+#: 33.8, 32.3, 32.6
+BREAK_ROWS_UNROLL = 4
+#: ... where the inputs along the rows weigh more than this many times the spanning
+#: tensors' bytes per element (inf: never). `bench --sweep pointwise_rows_*`, whole batch
+#: norm µs 1D / 2D: H100 bf16 (3 times) [16384, 4096] 157.6 / 151.1, [8192, 8192] 154.9 /
+#: 148.2, [2048, 16384] 80.8 / 76.7, [2048, 1000] 27.8 / 26.2; fp32 (2 times) 275.9 / 279.0,
+#: 275.6 / 278.0, 139.0 / 140.2 (H200: level), its 1D kernel at copy speed already
+BREAK_ALONG_SHARE = 2.0
 
 
 @dataclass(frozen=True)
@@ -127,6 +138,22 @@ def break_point(sub: SubFusion, ref: TensorView) -> int:
     return best
 
 
+def _row_bytes(sub: SubFusion, ref: TensorView, bp: int) -> tuple[int, int]:
+    """(bytes per element of the inputs that vary only along the axes from `bp` on, of the
+    inputs and outputs that span every axis of the reference)."""
+    find, id_of = sub.uf.find, sub.a.id_of
+    classes = [find(id_of(r)) for r in ref.logical_no_reductions() if not r.is_broadcast]
+    inner = {find(id_of(r)) for r in ref.logical_no_reductions()[bp:] if not r.is_broadcast}
+    along = spanning = 0
+    for tv in sub.inputs + sub.outputs:
+        have = {find(id_of(i)) for i in tv.logical_no_reductions() if not i.is_broadcast}
+        if all(c in have for c in classes):
+            spanning += tv.dtype.itemsize
+        elif tv in sub.inputs and have and have <= inner:
+            along += tv.dtype.itemsize
+    return along, spanning
+
+
 def heuristics(sub: SubFusion, vectorizable: list[TensorView], inner_extent: int, total: int,
                ref: TensorView | None = None, max_vector: int = 16) -> PointwiseParams:
     """Vector width, unroll, block size and 2D break point for `total` elements whose
@@ -139,10 +166,21 @@ def heuristics(sub: SubFusion, vectorizable: list[TensorView], inner_extent: int
     # 512 threads per block edge out 128 once there are several waves of blocks (an H100);
     # small tensors keep 128 threads so that more SMs get a block.
     threads = BIG_BLOCK if total // width >= sms * BIG_BLOCK * 4 else THREADS
-    # 2D only pays where 1D would index broadcast inputs element by element with a modulo:
-    # with vectors the modulo is once per vector, and 1D measured faster on an H100
-    # (bias + relu on [16384, 8192] bf16: 179.1 us 1D, 179.9 us 2D)
-    bp = break_point(sub, ref) if ref is not None and width == 1 else 0
+    # 2D pays where 1D would index broadcast inputs element by element with a modulo; with
+    # vectors the modulo is once per vector, and 1D measured faster on an H100 (bias + relu
+    # on [16384, 8192] bf16: 179.1 us 1D, 179.9 us 2D) ...
+    bp = break_point(sub, ref) if ref is not None else 0
+    # ... except where the inputs along the rows (weights, a mean per column) weigh several
+    # times the tensors spanning both axes per element: each thread takes BREAK_ROWS_UNROLL
+    # rows and reads them once for all (1D reads them again with every vector: batch norm
+    # bf16's normalisation ran at 76% of copy on an H200, 99% in 2D)
+    rows_unroll = 1
+    if bp and width > 1:
+        along, spanning = _row_bytes(sub, ref, bp)
+        if along > BREAK_ALONG_SHARE * spanning:
+            rows_unroll = BREAK_ROWS_UNROLL
+        else:
+            bp = 0
     if bp:
         ids = ref.logical_no_reductions()
         inner = 1
@@ -150,9 +188,9 @@ def heuristics(sub: SubFusion, vectorizable: list[TensorView], inner_extent: int
             inner *= info.extent(i)
         threads = THREADS if inner // width < BIG_BLOCK * 4 else threads
         # a row too short for a block of threads, or more rows than the y grid holds: 1D
-        if inner < width * threads // 2 or total // max(inner, 1) > MAX_GRID_Y:
+        if inner < width * threads // 2 or -(-total // max(inner, 1)) // rows_unroll > MAX_GRID_Y:
             bp = 0
-    return PointwiseParams(width, unroll(sub, vectorizable, total, width, threads) if not bp else 1, threads,
+    return PointwiseParams(width, unroll(sub, vectorizable, total, width, threads) if not bp else rows_unroll, threads,
                            info.index_type, bp)
 
 
@@ -186,10 +224,15 @@ def schedule(fusion: Fusion, ref: TensorView, params: PointwiseParams, sub: SubF
         split(ref, 1, params.threads)
         # consecutive blocks take consecutive chunks of a row (x varies fastest), so the
         # rows' blocks stream through memory in order; rows go to y
+        at = 0
+        if params.unroll > 1:  # `unroll` rows a thread, reading the row-invariant inputs once
+            split(ref, 0, params.unroll)
+            parallelize(ref, 1, ParallelType.Unroll)
+            at = 1
         parallelize(ref, 0, ParallelType.BIDy)
-        parallelize(ref, 1, ParallelType.BIDx)
-        parallelize(ref, 2, ParallelType.TIDx)
-        parallelize(ref, 3, ParallelType.Vectorize)
+        parallelize(ref, at + 1, ParallelType.BIDx)
+        parallelize(ref, at + 2, ParallelType.TIDx)
+        parallelize(ref, at + 3, ParallelType.Vectorize)
         _propagate(fusion, ref, sub)
         return
     for k in range(n - 2, -1, -1):
