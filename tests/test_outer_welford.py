@@ -1,8 +1,8 @@
 """Outer Welford reductions (var_mean over rows: batch norm's statistics) with vectors of
-columns: each lane updates its mean and M2 value by value, one reciprocal of the shared
-count serving every lane (lower.reduction.OUTER_WELFORD_ONLINE). Generated
-without a GPU, compiled with nvcc, simulated on the CPU against the reference executor, and
-on the GPU against eager PyTorch."""
+columns: per step, each lane's tile merged with Chan's formula (the default), or each lane
+updated value by value, one reciprocal of the shared count serving every lane
+(lower.reduction.OUTER_WELFORD_ONLINE). Generated without a GPU, compiled with nvcc,
+simulated on the CPU against the reference executor, and on the GPU against eager PyTorch."""
 from __future__ import annotations
 
 import re
@@ -88,9 +88,13 @@ def test_lanes_share_one_reciprocal_and_keep_no_tile(welford):
     assert "welford_merge" not in src and "wmean" not in src
     assert re.search(r"\(1\.0f / \(wb\d+ \+ \(\(float\)\(u \+ 1\)\)\)\)", src)
     welford(online=False)
-    old = fd.cuda_code_for([x.to("meta") for x in xs])
-    assert "welford_merge" in old
-    assert compile_all([src, old])[:4] == b"\x7fELF"
+    chunks = fd.cuda_code_for([x.to("meta") for x in xs])
+    # per step: one reciprocal of lane 0's count for every lane, one division for Chan's
+    # weight, no merge call; the tile's values converted again in the second pass
+    assert "welford_merge" not in chunks
+    assert re.search(r"float wr\d+ = \(1\.0f / \(\(float\)wcnt\d+\[0\]\)\);", chunks), chunks
+    assert len(re.findall(r"t\d+\[u \* 4 \+ v\] = fuser::bfloat_to_float", chunks)) == 2
+    assert compile_all([src, chunks])[:4] == b"\x7fELF"
 
 
 @pytest.mark.parametrize("online", [True, False])
@@ -121,14 +125,15 @@ def test_batch_norm_matches_eager_on_the_gpu(welford, poisoned_kernel_outputs, n
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("online", [True, False])
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_outer_welford_matches_eager_on_the_gpu(welford, poisoned_kernel_outputs, name):
+def test_outer_welford_matches_eager_on_the_gpu(welford, poisoned_kernel_outputs, name, online):
     """Against float64 eager: the statistics of M float values within a sum's float error
     (rtol 1e-4), y within its dtype's tolerance."""
     pytest.importorskip("pycuda")
     from fuser.runtime.tolerance import assert_close
 
-    welford(True)
+    welford(online)
     fd, xs = _case(name)
     got = fd.execute([x.cuda() for x in xs])
     x = xs[0].double()

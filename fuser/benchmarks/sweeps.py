@@ -93,7 +93,8 @@ SWEEPS: tuple[Sweep, ...] = (
       for f in ("rmsnorm_fwd_bf16", "layernorm_fwd_bf16", "softmax_fwd_bf16")),
     *(Sweep(f"outer_welford_online_{f}", "fuser.lower.reduction", "OUTER_WELFORD_ONLINE", (False, True), f,
             BN_SHAPES, "an outer Welford reduction's lanes updated value by value (sharing the count's "
-            "reciprocal), or by tiles (a division and a merge per lane and step)")
+            "reciprocal), or by tiles (per step the lanes' sums, their means by one shared reciprocal, squared "
+            "deviations in a second pass, Chan's merge)")
       for f in ("batchnorm_fwd_bf16", "batchnorm_fwd_fp32")),
     *(Sweep(f"outer_narrow_unroll_{f}", "fuser.scheduler.reduction", "OUTER_NARROW_UNROLL", (False, True), f,
             BN_SHAPES, "an outer reduction loads twice the rows per step where its input vectors are under 16 "

@@ -78,14 +78,16 @@ _INDEX_DTYPE = {"int32": DataType.Int32, "int64": DataType.Int}
 #: 16384] on an H100 and an H200, level elsewhere: plain.
 PERSISTENT_CACHE_HINTS = "plain"
 #: an outer Welford reduction with vectors updates each lane's mean and M2 value by value
-#: (True: Welford's update, the reciprocal of the count shared by the lanes, nothing kept
-#: but the accumulators) or sums a tile of values, then takes their deviations from its mean
-#: in a second pass and merges (False: a division and a merge per lane and step, the tile's
-#: values kept in float: 76 registers against 48 for batch norm's bf16 statistics). `bench
-#: --sweep outer_welford_online_*`, batch norm bf16 [16384, 4096] / [8192, 8192] / [2048,
-#: 16384]: H200 164.7 / 153.3 / 81.9 -> 135.4 / 130.7 / 67.3 us; H100 213.8 -> 161.2 at
-#: [16384, 4096]; fp32 (memory-bound either way) 277.9 -> 275.1 on the H100
-OUTER_WELFORD_ONLINE = True
+#: (True: Welford's update, the reciprocal of the count shared by the lanes) or merges each
+#: step's tile (False, see _chunk_lanes: the lanes' sums while loading, then per lane the
+#: tile's mean by one shared reciprocal, its squared deviations recomputed from the loaded
+#: values, Chan's merge: one division a step, no dependent chain through every value).
+#: `bench --sweep outer_welford_online_*`, batch norm µs tiles / value by value: H200 bf16
+#: [16384, 4096] 114.7 / 123.1, [8192, 8192] 110.7 / 118.5, [2048, 16384] 58.3 / 60.5,
+#: [1024, 1000] 22.8 / 22.8; fp32 199.6 / 200.6, 199.3 / 201.0, 101.9 / 102.6, 25.6 / 25.4.
+#: (An earlier tile merge, a division and a merge call per lane holding the tile's floats,
+#: was slower than value by value: H200 bf16 [16384, 4096] 164.7 against 135.4.)
+OUTER_WELFORD_ONLINE = False
 #: whether a kernel that keeps its first pass's values (ReductionParams.keep_first_pass)
 #: still launders its loaded inputs before later passes. Laundering the inputs loaded once
 #: (weights) makes every iteration of a row loop convert them again; without it the
@@ -674,15 +676,54 @@ class ReductionLowering:
                          unroll=True, dtype=DataType.Int32),
                      Decl(f"wb{n}", acc_dt, None, Cast(Member(Element(Var(name), IntLit(0)), "n"), DataType.Int, acc_dt))]
         elif lanes > 1:  # outer: each lane's tile is its column of `unroll` values
-            body = [Decl(tmean, acc_dt, None, mean), Decl(tm2, acc_dt, None, kir.Const(0, acc_dt)),
-                    For(u, IntLit(self.U), [If(pred, second)], unroll=True, dtype=DataType.Int32),
-                    kir.WelfordMerge(acc, Var(tmean), Var(tm2), at(tcnt))]
-            merge = [For(v, IntLit(lanes), body, unroll=True, dtype=DataType.Int32)]
+            merge = self._chunk_lanes(e, name, acc_dt, value, pred)
         else:
             merge = [Decl(tmean, acc_dt, None, mean), Decl(tm2, acc_dt, None, kir.Const(0, acc_dt)),
                      For(u, IntLit(self.U), [If(pred, self._over_lanes(second))], unroll=True, dtype=DataType.Int32),
                      kir.WelfordMerge(acc, Var(tmean), Var(tm2), at(tcnt))]
         return decls, per_value, merge
+
+    def _chunk_lanes(self, e: WelfordOp, name: str, acc_dt: DataType, value, pred) -> list:
+        """Statements after the tile of an outer Welford reduction that merges each step's
+        tile lane by lane (OUTER_WELFORD_ONLINE off), the lanes' sums and counts taken while
+        loading: the tile's mean by one reciprocal of the count (a vector's lanes share
+        their rows, so lane 0's count serves all), its squared deviations from that mean in
+        a second pass (the values recomputed from the loaded registers where no costly op
+        makes them, so the tile's floats need no registers), then Chan's merge, one division
+        per step. Steps without rows leave the accumulators alone."""
+        B = kir.BinaryOpType
+        u, v = Var("u"), Var("v")
+        n = e.outputs[0].name
+        x = e.inputs[0]
+        acc = Element(Var(name), v)
+        tsum, tcnt, tmean, tm2 = (f"{w}{n}" for w in ("wsum", "wcnt", "wmean", "wm2"))
+        before, rcp, weight, spread, dev = (Var(f"{w}{n}") for w in ("wn", "wr", "ww", "wnw", "wdl"))
+
+        def fl(a, b, op, a_dt=acc_dt):
+            return kir.Binary(op, a, b, a_dt, acc_dt, acc_dt)
+
+        count = Element(Var(tcnt), IntLit(0))
+        total = kir.IndexBinary(B.Add, before, count)
+        producers = self._producers({x})
+        again = ([st for ex in producers for st in self._compute(ex, u, v)]
+                 if not any(kept_in_registers(ex) for ex in producers) else [])
+        d = kir.Binary(B.Sub, value, Var(tmean), x.dtype, acc_dt, acc_dt)
+        second = again + [Assign(Var(tm2), fl(Var(tm2), fl(d, d, B.Mul), B.Add))]
+        lane = [Decl(tmean, acc_dt, None, fl(Element(Var(tsum), v), rcp, B.Mul)),
+                Decl(tm2, acc_dt, None, kir.Const(0, acc_dt)),
+                For(u, IntLit(self.U), [If(pred, second)], unroll=True, dtype=DataType.Int32),
+                Decl(dev.name, acc_dt, None, fl(Var(tmean), Member(acc, "avg"), B.Sub)),
+                Assign(Member(acc, "avg"), fl(Member(acc, "avg"), fl(dev, weight, B.Mul), B.Add)),
+                Assign(Member(acc, "m2"), fl(Member(acc, "m2"), fl(Var(tm2), fl(fl(dev, dev, B.Mul), spread, B.Mul),
+                                                                    B.Add), B.Add)),
+                Assign(Member(acc, "n"), total)]
+        step = [Decl(before.name, DataType.Int, None, Member(Element(Var(name), IntLit(0)), "n")),
+                Decl(rcp.name, acc_dt, None, fl(kir.Const(1, acc_dt), Cast(count, DataType.Int32, acc_dt), B.Div)),
+                Decl(weight.name, acc_dt, None, fl(Cast(count, DataType.Int32, acc_dt), Cast(total, DataType.Int, acc_dt),
+                                                   B.Div)),
+                Decl(spread.name, acc_dt, None, fl(Cast(before, DataType.Int, acc_dt), weight, B.Mul)),
+                For(v, IntLit(self.reduced_tile), lane, unroll=True, dtype=DataType.Int32)]
+        return [If(kir.IndexBinary(B.Gt, count, IntLit(0)), step)]
 
     def _online_lanes(self, name: str, n: str, acc_dt: DataType, value, x_dt: DataType,
                       tcnt: str) -> tuple[list, list]:
