@@ -413,6 +413,20 @@ def _remat_takes_the_reference_output(fd, xs):
     fd.add_output(t13)
 
 
+def _reshape_of_an_expanded_axis_beside_its_merge(fd, xs):
+    """x[:, :, None] + x.reshape(64) beside x.reshape(2, 32), x [8, 8] expanded along its
+    second axis (GPU fuzz seed 19801 case 266): the first output's loop holds that axis
+    once (broadcast), and the written-whole check reached it back through the other merge
+    of x's axes, so the [2, 32] view was written from the first of its positions only (56
+    of its 64 elements never written). Such a reference is refused; the view is not a
+    kernel's output then."""
+    t0 = fd.define_tensor(shape=[-1, -1], contiguity=[None, False], dtype=DataType.Half, stride_order=[0, 1])
+    t3 = fd.ops.reshape(fd.ops.reshape(t0, new_shape=[64]), new_shape=[2, 32])
+    t6 = fd.ops.broadcast(fd.ops.reshape(t0, new_shape=[64]), is_broadcast_dim=[True, True, False])
+    fd.add_output(fd.ops.add(fd.ops.broadcast(t0, is_broadcast_dim=[False, False, True]), t6))
+    fd.add_output(t3)
+
+
 #: (name, build, inputs): the bug classes the simulated fuzz runs found, each fixed at its
 #: cause (a wrong index, an unwritten or misread element, a spurious error)
 FOUND = [
@@ -437,6 +451,8 @@ FOUND = [
               _rand(8, 3, 3).permute(1, 2, 0)]),
     ("remat_takes_the_reference_output", _remat_takes_the_reference_output,
      lambda: [_rand(1, 64).permute(1, 0), _rand(1, 127).half().expand(64, 127)]),
+    ("reshape_of_an_expanded_axis_beside_its_merge", _reshape_of_an_expanded_axis_beside_its_merge,
+     lambda: [_rand(1, 16).half().permute(1, 0)[::2, :].expand(8, 8)]),
 ]
 
 

@@ -419,6 +419,13 @@ class SubFusion:
         if n_ref is not None and n_out is not None and n_ref < n_out:
             return False
         free = self.covered_by(ref_classes - set(classes))
+        # an axis ref holds broadcast (one element in its loop) reached back through a
+        # reshape of the axes ref iterates: the loop never walks it, so whatever is derived
+        # through it is written at its first position only (x[:, None] + x.reshape(-1) with
+        # x expanded beside x.reshape(2, -1))
+        broadcast = set(self.classes_of(ref, concrete=False)) - ref_classes
+        if free & broadcast:
+            return False
         return all(c in free for c in derived)
 
     def stored(self, tv: TensorView) -> int | None:
