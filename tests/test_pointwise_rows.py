@@ -91,6 +91,18 @@ def test_per_column_inputs_take_rows_per_thread_and_a_bias_does_not():
     assert "blockIdx.y" not in _fd(_normalise(torch.float32)).cuda_code_for(_meta(xf))
 
 
+def test_more_row_groups_than_the_y_grid_holds_stay_1d():
+    """Rows over blockIdx.y in groups of BREAK_ROWS_UNROLL: 4 * 65535 rows fit the y grid,
+    one more row does not (its group would be the 65536th)."""
+    def code(rows: int) -> str:
+        x = torch.empty(rows, 1024, dtype=torch.bfloat16, device="meta")
+        return _fd(_normalise(torch.bfloat16)).cuda_code_for([x] + _meta(_inputs(torch.bfloat16, 1, 1024)[1:]))
+
+    n = P.BREAK_ROWS_UNROLL * P.MAX_GRID_Y
+    assert "blockIdx.y" in code(n)
+    assert "blockIdx.y" not in code(n + 1)
+
+
 @pytest.mark.parametrize("dt", [torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize("shape", [(37, 1000), (1, 512), (4, 520), (130, 264), (6, 4096)], ids=str)
 def test_rows_per_thread_simulate_to_the_reference(dt, shape):

@@ -188,7 +188,7 @@ def heuristics(sub: SubFusion, vectorizable: list[TensorView], inner_extent: int
             inner *= info.extent(i)
         threads = THREADS if inner // width < BIG_BLOCK * 4 else threads
         # a row too short for a block of threads, or more rows than the y grid holds: 1D
-        if inner < width * threads // 2 or -(-total // max(inner, 1)) // rows_unroll > MAX_GRID_Y:
+        if inner < width * threads // 2 or -(-total // max(inner, 1) // rows_unroll) > MAX_GRID_Y:
             bp = 0
     return PointwiseParams(width, unroll(sub, vectorizable, total, width, threads) if not bp else rows_unroll, threads,
                            info.index_type, bp)
