@@ -554,8 +554,9 @@ def outer_persistent_plan(sub: SubFusion) -> tuple[ReductionGeometry, int, Reduc
         # every row in one block of narrow column groups: a block reduction, no grid barrier
         bdy = max(1, min(OUTER_PERSISTENT_THREADS // narrow, _pow2_ceil(-(-geo.n_red // reduction.UNROLL))))
         unroll = max(1, -(-geo.n_red // bdy))
-        one_vec = (reduction.wave_vector(geo.n_iter, narrow, vectorize, sms, narrow * bdy, OUTER_ONE_BLOCK_SM_THREADS)
-                   if OUTER_ONE_BLOCK_SHORT_VECTORS else vectorize)
+        # (one wave, of at most OUTER_ONE_BLOCK_SM_THREADS threads an SM)
+        most = min(sms, OUTER_ONE_BLOCK_SM_THREADS * sms // (narrow * bdy))
+        one_vec = reduction.wave_vector(geo.n_iter, narrow, vectorize, most) if OUTER_ONE_BLOCK_SHORT_VECTORS else vectorize
         held = row_held_bytes(sub, geo_red_classes(sub, geo), 0) * unroll * one_vec
         if held <= OUTER_MAX_HELD_BYTES:
             return geo, one_vec, ReductionParams(False, True, one_vec, narrow, bdy, unroll, 1, info.index_type)

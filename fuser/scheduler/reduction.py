@@ -291,17 +291,11 @@ def vectors(sub: SubFusion, geo: ReductionGeometry) -> tuple[list[TensorView], i
     return vec, vector_width(sub, geo, vec, vectorize.stride_alignment(sub, vec))
 
 
-def wave_vector(columns: int, bdx: int, vectorize: int, sms: int, block_threads: int = 0,
-                sm_threads: int = 0) -> int:
+def wave_vector(columns: int, bdx: int, vectorize: int, max_blocks: int) -> int:
     """`vectorize` halved while twice the blocks of `bdx` threads over `columns` columns
-    still fit one wave on `sms` SMs: few columns spread over more SMs. With `sm_threads`,
-    also only while the doubled grid of `block_threads`-thread blocks puts at most that
-    many threads on an SM."""
-    def doubled(vec: int) -> int:  # the blocks at half of `vec`
-        return 2 * -(-columns // (bdx * vec))
-
-    while vectorize > 1 and doubled(vectorize) <= sms and (
-            not sm_threads or doubled(vectorize) * block_threads <= sm_threads * sms):
+    still number at most `max_blocks` (the SMs: one wave): few columns spread over more
+    SMs."""
+    while vectorize > 1 and 2 * -(-columns // (bdx * vectorize)) <= max_blocks:
         vectorize //= 2
     return vectorize
 
