@@ -513,7 +513,7 @@ def prepare_user(fusion: Fusion, args: Sequence[Any], device: torch.device | Non
     _plain_serial_loop(ref, width)
     try:
         kernel = lower_pointwise(fusion, ref, width, frozenset(tv.name for tv in vec), info.index_type, sub,
-                                 name="fuser_user")
+                                 name="fuser_user", blocks_from_end=False)
         bx = int(info.evaluate(kernel.grid_extent)) if kernel.grid_extent is not None else 1
         by = int(info.evaluate(kernel.grid_extent_y)) if kernel.grid_extent_y is not None else 1
         if bx > MAX_GRID_X or by > pw.MAX_GRID_Y:

@@ -75,6 +75,25 @@ class ParallelDim(Expr):
     ptype: ParallelType
 
 
+#: blocks take their data from the end: the first block dispatched works on the last rows
+#: (or elements) along blockIdx.x. A tensor's producer writes its last part last, so that part
+#: is still in L2 when the next kernel starts, and a kernel that reads it first finds it there
+#: before its own traffic evicts it. Cold (L2 flushed) it changes nothing. H100, bf16, first
+#: run on freshly made inputs (µs, in order / from the end): RMSNorm [16384, 4096] 90.0 / 88.3,
+#: LayerNorm 90.0 / 88.2, softmax 90.7 / 88.5, GELU [16384, 8192] 177.8 / 175.8; L2 flushed
+#: first: 90.2 / 90.4, 90.0 / 89.9, 91.2 / 91.4, 177.5 / 177.5.
+BLOCKS_FROM_END = False
+
+
+def data_block(from_end: bool = True) -> Expr:
+    """blockIdx.x as the index of the block's share of the data, counted from the end where
+    `from_end` (see BLOCKS_FROM_END)."""
+    index = IndexCast(ParallelIndex(ParallelType.BIDx))
+    if not (from_end and BLOCKS_FROM_END):
+        return index
+    return IndexCast(ParallelDim(ParallelType.BIDx)) - 1 - index
+
+
 @dataclass(frozen=True)
 class ColumnWidth(Expr):
     """Columns a block combines per step of a grid-wide column reduction (at least 8, at

@@ -39,6 +39,7 @@ from .kir import (
     VecLoad,
     VecStore,
     all_of,
+    data_block,
     eq,
     lt,
     substitute,
@@ -54,8 +55,9 @@ class PointwiseLowering:
     """Builds the kernel IR of one scheduled pointwise fusion."""
 
     def __init__(self, fusion: Fusion, ref: TensorView, vector_tensors: frozenset[int], index_type: str,
-                 name: str = "fuser_pointwise", sub: SubFusion | None = None) -> None:
+                 name: str = "fuser_pointwise", sub: SubFusion | None = None, blocks_from_end: bool = True) -> None:
         self.fusion = fusion
+        self.blocks_from_end = blocks_from_end
         self.ref = ref
         self.vector_tensors = vector_tensors
         self.index_type = index_type
@@ -80,7 +82,8 @@ class PointwiseLowering:
         for ax in self.ref.domain.loop:
             pt = ax.parallel_type
             if pt in _PARALLEL:
-                loop_index[ax] = IndexCast(ParallelIndex(pt))
+                loop_index[ax] = (data_block(self.blocks_from_end) if pt is ParallelType.BIDx
+                                  else IndexCast(ParallelIndex(pt)))
                 if pt is ParallelType.BIDx:
                     grid_extent = ax.extent
                 elif pt is ParallelType.BIDy:
@@ -470,8 +473,11 @@ def _at_lane0(loop_index: Indices) -> Indices:
 
 
 def lower_pointwise(fusion: Fusion, ref: TensorView, vectorize: int, vector_tensors: frozenset[int],
-                    index_type: str, sub: SubFusion | None = None, name: str = "fuser_pointwise") -> Kernel:
+                    index_type: str, sub: SubFusion | None = None, name: str = "fuser_pointwise",
+                    blocks_from_end: bool = True) -> Kernel:
     """Kernel IR for a pointwise fusion scheduled from `ref`: `vector_tensors` names the
     tensors accessed `vectorize` elements at a time (the width the loop domain's Vectorize
-    axis carries), `sub` is the fusion's analysis when the caller has one."""
-    return PointwiseLowering(fusion, ref, vector_tensors, index_type, name, sub).lower()
+    axis carries), `sub` is the fusion's analysis when the caller has one. Blocks take the
+    data from its end (kir.BLOCKS_FROM_END) unless `blocks_from_end` is False (a user's
+    schedule, lowered as written)."""
+    return PointwiseLowering(fusion, ref, vector_tensors, index_type, name, sub, blocks_from_end).lower()

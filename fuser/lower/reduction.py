@@ -257,8 +257,9 @@ class ReductionLowering:
         return row, col
 
     def _row_base(self) -> kir.Expr:
-        """The row an inner kernel's thread works on."""
-        return _tid(ParallelType.BIDx) * self.p.bdy + _tid(ParallelType.TIDy)
+        """The row an inner kernel's thread works on (its block's rows counted from the end:
+        kir.BLOCKS_FROM_END)."""
+        return kir.data_block() * self.p.bdy + _tid(ParallelType.TIDy)
 
     def _indices(self, row: kir.Expr, col: kir.Expr) -> dict[IterDomain, kir.Expr]:
         loop = {i: IntLit(0) for i in self.lead}
