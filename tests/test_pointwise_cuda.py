@@ -19,19 +19,26 @@ def poisoned_outputs(poisoned_kernel_outputs):
     """Every kernel output poisoned before the launch (conftest)."""
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-def test_pointwise_kernel_matches_reference(case):
-    pytest.importorskip("pycuda")
+def check_against_reference(case) -> tuple[FusionDefinition, list, list]:
+    """Run `case` on fresh CUDA inputs through a generated kernel (an empty output needs
+    none: no_op) and compare with the reference executor; (fd, inputs, outputs)."""
     torch.manual_seed(0)
     with FusionDefinition() as fd:
         case.build(fd)
     inputs = case.inputs("cuda")
     got = fd.execute(inputs)
-    if not case.name.endswith("_empty"):  # an empty output needs no kernel (no_op)
+    if not case.name.endswith("_empty"):
         assert "fuser_pointwise" in fd.last_cuda_code()
     want = run_reference(fd.fusion, inputs)
     for k, (g, w) in enumerate(zip(got, want)):
         assert_close(g, w, what=f"{case.name} output {k}")
+    return fd, inputs, got
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_pointwise_kernel_matches_reference(case):
+    pytest.importorskip("pycuda")
+    fd, inputs, got = check_against_reference(case)
     # a second call takes the cached kernel and gives the same results
     again = fd.execute(inputs)
     for g, a in zip(got, again):
