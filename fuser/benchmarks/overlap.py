@@ -3,7 +3,17 @@ fuser generates, over C chunks of rows, with the chunk axis `ParallelType.stream
 iteration runs on a worker stream, so chunk i's pointwise kernel runs beside chunk i+1's
 matmul. `bench --overlap` times the loop beside its parts on the same inputs: the whole
 matmul alone, the pointwise fusion alone, and the same fusion without the stream axis
-(one matmul, then one kernel)."""
+(one matmul, then one kernel).
+
+What bounds the overlap: cuBLAS's GEMM chunks hold every SM (one CTA an SM, its whole
+register file), so chunk i's pointwise kernel runs only in chunk i+1's wave tails. Levers
+measured on an H100 (2026-11-28, loop / sum of the parts at the four SHAPES): none 0.966 /
+0.981 / 0.983 / 1.14; the GEMMs under an SM carveout of 8-48 SMs (cuBLASLt's
+`torch._C._set_sm_carveout_experimental`) 0.975-1.05 / 0.985-1.07 / 0.99-1.13 / 1.09-1.13;
+the GEMMs chained on one stream (one at a time, so a carveout's SMs stay free) with the
+pointwise kernels on two side streams, at normal or high priority: 0.97-1.08 / 0.98-1.30 /
+1.00-1.39 / 1.18-1.44. A carved-out GEMM slows by about the SMs it gives up (32 of 132:
+388 -> 454 µs) and the pointwise kernel on the freed SMs does not make it back."""
 from __future__ import annotations
 
 import statistics
