@@ -1,7 +1,7 @@
 """Blocks that take their data from the end (lower.kir.BLOCKS_FROM_END): the first block
 dispatched works on the last rows of an inner reduction or persistent kernel, or the last
-elements of a pointwise kernel, so a kernel reads first what its input's producer wrote last
-(still in L2). The switch is off by default until its GPU tests have run; these tests turn
+elements of a pointwise kernel, and an outer reduction walks its reduced rows from the last,
+so a kernel reads first what its input's producer wrote last (still in L2). The switch is off by default until its GPU tests have run; these tests turn
 it on. A user's schedule is lowered as written either way.
 
 On the CPU: the generated index, and the kernels simulated against the reference executor.
@@ -80,11 +80,15 @@ def test_a_user_schedule_is_lowered_as_written(from_end):
     assert "fuser_user" in src and "blockIdx.x" in src and FROM_END not in src
 
 
+#: (the inner kernels' longest rows simulate for seconds each and add no index path the
+#: shorter ones lack; the outer ones over 65537 rows take the grid-y split)
 _SIM_REDUCTIONS = [c for c in reduction_cases.CPU_CASES
-                   if any(k in c.name for k in ("inner", "softmax", "layernorm", "rmsnorm", "var_mean"))]
+                   if any(k in c.name for k in ("inner", "outer", "dim0", "softmax", "layernorm", "rmsnorm",
+                                                "var_mean", "welford"))
+                   and not (c.name.endswith(("_n4096", "_n8192", "_n65537")) and "outer" not in c.name)]
 
 
-@pytest.mark.parametrize("case", _SIM_REDUCTIONS[:40], ids=[c.name for c in _SIM_REDUCTIONS[:40]])
+@pytest.mark.parametrize("case", _SIM_REDUCTIONS, ids=[c.name for c in _SIM_REDUCTIONS])
 def test_reduction_kernels_from_the_end_simulate_to_the_reference(case, from_end):
     from kernel_sim import simulate_fusion
 
@@ -93,7 +97,9 @@ def test_reduction_kernels_from_the_end_simulate_to_the_reference(case, from_end
     with FusionDefinition() as fd:
         case.build(fd, inputs)
     report = simulate_fusion(fd, inputs)
-    assert report.ok and report.status == "ok" and report.simulated >= 1, str(report)
+    assert report.ok and report.status == "ok", str(report)
+    # (a reduction of size-1 or expanded rows is a no_op segment: no kernel)
+    assert report.simulated >= 1 or all(s.scheduler == "no_op" for s in report.segments), str(report)
 
 
 @pytest.mark.parametrize("case", pointwise_cases.CASES, ids=[c.name for c in pointwise_cases.CASES])
