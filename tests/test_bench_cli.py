@@ -456,6 +456,32 @@ def test_a_sweeps_fixed_setting_holds_through_it_and_is_restored():
     assert "PERSISTENT_ROW_LOOP='always'" in S.table(sw, rows, "Fake GPU").splitlines()[0]
 
 
+def test_kernel_time_after_producer_needs_an_input_it_can_rewrite_on_the_gpu():
+    from fuser.benchmarks import kernel_time_after_producer
+
+    calls = []
+    x = torch.randn(4, 8)
+    assert kernel_time_after_producer(lambda: calls.append(1), [x, 2.0]) is None  # on the CPU
+    assert kernel_time_after_producer(lambda: calls.append(1), []) is None
+    assert calls == []  # nothing timed, nothing run
+
+
+@pytest.mark.gpu
+def test_kernel_time_after_producer_times_the_call_after_its_input_is_rewritten():
+    from fuser.benchmarks import kernel_time, kernel_time_after_producer
+
+    x = torch.randn(4096, 4096, device="cuda")
+    w = torch.randn(1, 4096, device="cuda").expand(4096, 4096)  # (expanded: never the one rewritten)
+    before = x.clone()
+    seen = []
+    t = kernel_time_after_producer(lambda: seen.append(torch.neg(x)), [w, x], iters=5, repeats=2)
+    assert t is not None and t > 0
+    assert len(seen) == 3 + 5 * 2 and torch.equal(x, before)  # warm-up, then each timed call
+    # a read and a write of 64 MB: within a factor of the same call timed over a loop
+    loop = kernel_time(lambda: torch.neg(x), iters=20, repeats=3).us
+    assert 0.5 * loop < t < 2.0 * loop, (t, loop)
+
+
 def test_overlap_table_reports_wall_time_against_the_parts():
     """bench --overlap's table: the loop's GPU time and its wall time (what a caller
     waits when the host is the slower side) are each divided by the sum of the parts."""

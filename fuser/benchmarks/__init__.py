@@ -34,6 +34,7 @@ __all__ = [
     "stored_bytes",
     "KernelTime",
     "kernel_time",
+    "kernel_time_after_producer",
     "copy_bandwidth",
     "host_time_per_call",
     "rotating",
@@ -110,6 +111,37 @@ def kernel_time(fn: Callable[[], object], *, iters: int = 100, repeats: int = 7,
         host.append(h_ms / iters)
     us, host_us = statistics.median(gpu) * 1e3, statistics.median(host) * 1e3
     return KernelTime(us, host_us, host_us > us, iters, repeats)
+
+
+def kernel_time_after_producer(fn: Callable[[], object], inputs: list, *, iters: int = 50,
+                               repeats: int = 5) -> float | None:
+    """GPU time per call of `fn` (µs, the median of single calls between CUDA events) where
+    each call follows a copy that rewrites its largest tensor input, as a kernel follows the
+    one that made its activation: the input's last-written part is in L2 when `fn` starts
+    (`kernel_time` rotates inputs so that none is). None where no input can be rewritten
+    (none on the GPU, or each expanded). For calls that take the GPU longer than the host
+    needs to issue them: otherwise the events also time the host."""
+    tensors = [t for t in inputs if isinstance(t, torch.Tensor) and t.is_cuda and t.numel()
+               and t.is_non_overlapping_and_dense()]
+    if not tensors:
+        return None
+    target = max(tensors, key=lambda t: t.numel() * t.element_size())
+    source = target.clone()
+    for _ in range(3):
+        fn()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    got = []
+    for _ in range(repeats):
+        torch.cuda.synchronize()
+        for start, end in zip(starts, ends):
+            target.copy_(source)
+            start.record()
+            fn()
+            end.record()
+        torch.cuda.synchronize()
+        got.extend(s.elapsed_time(e) for s, e in zip(starts, ends))
+    return statistics.median(got) * 1e3
 
 
 def rotating(call: Callable[[list], object], sets: list[list]) -> Callable[[], object]:

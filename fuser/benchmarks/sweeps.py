@@ -31,6 +31,9 @@ class Sweep:
     shapes: tuple[tuple[int, ...], ...]
     about: str
     fixed: tuple[tuple[str, str, Any], ...] = ()
+    #: timed right after a copy rewrites the fusion's largest input
+    #: (`kernel_time_after_producer`), instead of over rotating inputs none of which is in L2
+    after_producer: bool = False
 
     @property
     def current(self) -> Any:
@@ -155,6 +158,13 @@ SWEEPS: tuple[Sweep, ...] = (
             (256, 512, 1024), f, ((16384, 4096), (8192, 8192), (2048, 16384)),
             "threads of an inner-outer block (rows over threadIdx.y)")
       for f in ("rmsnorm_bwd_bf16", "layernorm_bwd_bf16")),
+    *(Sweep(f"blocks_from_end_{f}", "fuser.lower.kir", "BLOCKS_FROM_END", (False, True), f, shapes,
+            "blocks take their data from the end, so a kernel reads first what its input's producer wrote "
+            "last (timed right after a copy rewrites the input)", after_producer=True)
+      for f, shapes in (("rmsnorm_fwd_bf16", NORM_SHAPES), ("layernorm_fwd_bf16", NORM_SHAPES),
+                        ("softmax_fwd_bf16", NORM_SHAPES), ("gelu_tanh_bf16", ((16384, 8192), (4096, 4096))),
+                        ("sum_outer_fp32", ((16384, 8192), (65536, 1024))),
+                        ("rmsnorm_bwd_bf16", ((16384, 4096),)))),
     *(Sweep(f"row_loop_loads_{f}", "fuser.lower.row_loop", "ROW_LOOP_LOADS", ("direct", "registers", "staged"),
             f, NORM_SHAPES, "how a row loop loads each group of rows: in its pass, a group ahead into "
             "registers, a group ahead into shared memory (cp.async)",

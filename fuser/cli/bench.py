@@ -21,6 +21,8 @@ Exit status: 0 when every check passed, 1 when a fuser result mismatched or fuse
 """
 from __future__ import annotations
 
+import functools
+
 import os
 import shutil
 import sys
@@ -533,13 +535,13 @@ def _run_cuda(fusions: Sequence[F.BenchFusion], *, quick: bool, plot: str | None
 
 def _run_sweeps(names: Sequence[str]) -> int:
     """`bench --sweep`: each named threshold sweep's table (fuser/benchmarks/sweeps.py)."""
-    from fuser.benchmarks import kernel_time, rotating, rotation
+    from fuser.benchmarks import kernel_time, kernel_time_after_producer, rotating, rotation
     from fuser.benchmarks import sweeps as S
 
     chosen = list(S.SWEEPS) if "all" in names else [S.by_name(n) for n in names]
     l2 = getattr(torch.cuda.get_device_properties(torch.cuda.current_device()), "L2_cache_size", 0) or 0
 
-    def time_one(f: F.BenchFusion, shape: tuple[int, ...]) -> float | None:
+    def time_one(sw: S.Sweep, f: F.BenchFusion, shape: tuple[int, ...]) -> float | None:
         try:
             inputs = f.make_inputs("cuda", shape)
             fd = f.fusion_definition()
@@ -553,6 +555,8 @@ def _run_sweeps(names: Sequence[str]) -> int:
                 print(f"  {f.name} {list(shape)}: not every segment ran a generated kernel ({_fuser_path(fd)})",
                       file=sys.stderr)
                 return None
+            if sw.after_producer:
+                return kernel_time_after_producer(lambda: fd.execute(inputs), inputs)
             sets = [inputs] + [f.make_inputs("cuda", shape) for _ in range(rotation(f.bytes_moved(inputs), l2) - 1)]
             return kernel_time(rotating(fd.execute, sets), iters=50, repeats=5).us
         except Exception as e:  # noqa: BLE001 - a setting the scheduler cannot plan: n/a
@@ -562,7 +566,7 @@ def _run_sweeps(names: Sequence[str]) -> int:
             torch.cuda.empty_cache()
 
     for sw in chosen:
-        rows = S.run(sw, time_one, _reset_process_caches)
+        rows = S.run(sw, functools.partial(time_one, sw), _reset_process_caches)
         print(S.table(sw, rows, S.device_name()))
         print()
     return 0
