@@ -1,8 +1,9 @@
 """Blocks that take their data from the end (lower.kir.BLOCKS_FROM_END): the first block
 dispatched works on the last rows of an inner reduction or persistent kernel, or the last
 elements of a pointwise kernel, and an outer reduction walks its reduced rows from the last,
-so a kernel reads first what its input's producer wrote last (still in L2). The switch is off by default until its GPU tests have run; these tests turn
-it on. A user's schedule is lowered as written either way.
+so a kernel reads first what its input's producer wrote last (still in L2). The switch is
+off by default until its GPU tests have run; these tests turn it on. A user's schedule is
+lowered as written either way.
 
 On the CPU: the generated index, and the kernels simulated against the reference executor.
 On the GPU: the reduction and pointwise case lists against the reference executor, with

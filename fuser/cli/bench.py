@@ -22,7 +22,6 @@ Exit status: 0 when every check passed, 1 when a fuser result mismatched or fuse
 from __future__ import annotations
 
 import functools
-
 import os
 import shutil
 import sys

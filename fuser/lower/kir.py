@@ -87,13 +87,16 @@ class ParallelDim(Expr):
 BLOCKS_FROM_END = False
 
 
+def counted_from_end(index: Expr, count: Expr) -> Expr:
+    """`index` of `count` counted from the last where BLOCKS_FROM_END holds."""
+    return count - 1 - index if BLOCKS_FROM_END else index
+
+
 def data_block(from_end: bool = True) -> Expr:
     """blockIdx.x as the index of the block's share of the data, counted from the end where
     `from_end` (see BLOCKS_FROM_END)."""
     index = IndexCast(ParallelIndex(ParallelType.BIDx))
-    if not (from_end and BLOCKS_FROM_END):
-        return index
-    return IndexCast(ParallelDim(ParallelType.BIDx)) - 1 - index
+    return counted_from_end(index, IndexCast(ParallelDim(ParallelType.BIDx))) if from_end else index
 
 
 @dataclass(frozen=True)

@@ -253,10 +253,9 @@ class ReductionLowering:
         else:
             row = (_tid(ParallelType.BIDx) * p.bdx + _tid(ParallelType.TIDx)) * p.vectorize + v
             chunk = by * steps + s if p.grid_y > 1 else s
-            if kir.BLOCKS_FROM_END and not p.persistent:
-                # the reduced rows' chunks counted from the end: the first steps of the first
-                # blocks read the input's last rows (kir.BLOCKS_FROM_END)
-                chunk = (steps * p.grid_y if p.grid_y > 1 else steps) - 1 - chunk
+            if not p.persistent:
+                # the first steps of the first blocks read the input's last rows
+                chunk = kir.counted_from_end(chunk, steps * p.grid_y if p.grid_y > 1 else steps)
             col = (chunk * p.unroll + u) * p.bdy + _tid(ParallelType.TIDy)
         return row, col
 
