@@ -427,6 +427,18 @@ def _reshape_of_an_expanded_axis_beside_its_merge(fd, xs):
     fd.add_output(t3)
 
 
+def _cat_a_permute_puts_innermost_under_a_cat_and_slice(fd, xs):
+    """neg(permute(cat([x[4:5], x], 0))) as the second half of a cat along the innermost
+    axis, sliced back out (GPU fuzz seed 22000 case 401): the inner cat's boundary (1) is
+    along the vectorized axis only through the outer cat and slice, so the width (2) was
+    not bounded by it and one column was read from neither input (0)."""
+    t0 = fd.from_pytorch(xs[0])
+    t2 = fd.ops.slice(t0, start_indices=[4, 0, 0], end_indices=[5, 8, 4])
+    t7 = fd.ops.permute(fd.ops.cat([t2, t0], dim=0), dims=[1, 2, 0])
+    t12 = fd.ops.cat([t7, fd.ops.neg(t7)], dim=2)
+    fd.add_output(fd.ops.slice(t12, start_indices=[0, 0, 6], end_indices=[8, 4, 12]))
+
+
 #: (name, build, inputs): the bug classes the simulated fuzz runs found, each fixed at its
 #: cause (a wrong index, an unwritten or misread element, a spurious error)
 FOUND = [
@@ -453,6 +465,8 @@ FOUND = [
      lambda: [_rand(1, 64).permute(1, 0), _rand(1, 127).half().expand(64, 127)]),
     ("reshape_of_an_expanded_axis_beside_its_merge", _reshape_of_an_expanded_axis_beside_its_merge,
      lambda: [_rand(1, 16).half().permute(1, 0)[::2, :].expand(8, 8)]),
+    ("cat_a_permute_puts_innermost_under_a_cat_and_slice", _cat_a_permute_puts_innermost_under_a_cat_and_slice,
+     lambda: [_rand(5, 8, 4)]),
 ]
 
 

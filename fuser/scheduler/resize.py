@@ -282,27 +282,36 @@ def _lane_classes(sub: SubFusion, inner: int, vals: list[int]) -> set[int]:
     class already here (and the whole of one whose inner part is here). A vector stays
     inside one run of such an inner part when the width divides its extent, so each extent
     is appended to `vals`; a pad, slice or cat along any class here bounds the width too
-    (a reshape that merges [4, 8] puts a pad of the 8 along the reference's innermost)."""
+    (a reshape that merges [4, 8] puts a pad of the 8 along the reference's innermost). A
+    slice's or pad's input and output axis, and a cat's inputs' and output's concatenated
+    axes, are lanes together: a cat whose inputs a later permute puts innermost splits
+    vectors there too."""
     info = sub.a.info
     find, id_of = sub.uf.find, sub.a.id_of
-    rels = []
+    rels = []  # (whole, part, the part's extent where joining them bounds the width)
     for e in sub.exprs:
+        out = e.outputs[0] if e.outputs else None
         if isinstance(e, ReshapeOp):
-            out = e.outputs[0]
-            rels += [t for t in id_exprs_between(out.domain.maybe_root, out.domain.logical)
-                     if isinstance(t, (Split, Merge))]
+            for t in id_exprs_between(out.domain.maybe_root, out.domain.logical):
+                if isinstance(t, Merge):
+                    rels.append((t.outputs[0], t.inputs[1], True))
+                elif isinstance(t, Split):
+                    rels.append((t.inputs[0], t.outputs[1], True))
+        elif isinstance(e, (SliceOp, PadOp)):
+            rels += [(r, lg, False) for r, lg in zip(out.domain.maybe_root, out.logical_no_reductions())
+                     if r is not lg]
+        elif isinstance(e, CatOp):
+            axis = out.logical_no_reductions()[e.dim]
+            rels += [(axis, x.logical_no_reductions()[e.dim], False) for x in e.inputs]
     lanes = {inner}
     changed = True
     while changed:
         changed = False
-        for t in rels:
-            if isinstance(t, Merge):
-                whole, part = t.outputs[0], t.inputs[1]
-            else:
-                whole, part = t.inputs[0], t.outputs[1]
+        for whole, part, bounds in rels:
             w, p = find(id_of(whole)), find(id_of(part))
             if (w in lanes) != (p in lanes):
                 lanes.update((w, p))
-                vals.append(info.extent(part))
+                if bounds:
+                    vals.append(info.extent(part))
                 changed = True
     return lanes
