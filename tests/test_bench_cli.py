@@ -466,6 +466,16 @@ def test_kernel_time_after_producer_needs_an_input_it_can_rewrite_on_the_gpu():
     assert calls == []  # nothing timed, nothing run
 
 
+def test_a_copy_may_rewrite_only_a_tensor_whose_elements_are_distinct():
+    from fuser.benchmarks import _elements_distinct
+
+    x = torch.randn(4, 8)
+    assert _elements_distinct(x) and _elements_distinct(x.t()) and _elements_distinct(x[:, ::2])
+    assert _elements_distinct(torch.randn(1, 8).expand(1, 8))
+    assert not _elements_distinct(torch.randn(1, 8).expand(3, 8))
+    assert not _elements_distinct(torch.randn(8).as_strided((3, 4), (2, 1)))  # rows overlap
+
+
 @pytest.mark.gpu
 def test_kernel_time_after_producer_times_the_call_after_its_input_is_rewritten():
     from fuser.benchmarks import kernel_time, kernel_time_after_producer

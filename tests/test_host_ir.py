@@ -346,11 +346,12 @@ def test_every_fusion_runs_as_a_host_program(device):
     with FusionDefinition() as fd:
         tx = fd.from_pytorch(x)
         tw = fd.from_pytorch(w)
-        s = fd.ops.sum(tx, dims=[1], keepdim=True)
+        # a sum of |x| keeps the divisor away from zero, where summation order would decide the result
+        s = fd.ops.sum(fd.ops.abs(tx), dims=[1], keepdim=True)
         y = fd.ops.div(tx, s)
         fd.add_output(fd.ops.matmul(y, tw))
     (out,) = fd.execute([x, w])
-    assert_close(out, (x / x.sum(1, keepdim=True)) @ w, rtol=1e-4, atol=1e-4)
+    assert_close(out, (x / x.abs().sum(1, keepdim=True)) @ w, rtol=1e-4, atol=1e-4)
     program = _program(fd)
     kinds = {type(e) for e in program.exprs}
     assert Evaluate in kinds and Deallocate in kinds, program

@@ -113,6 +113,16 @@ def kernel_time(fn: Callable[[], object], *, iters: int = 100, repeats: int = 7,
     return KernelTime(us, host_us, host_us > us, iters, repeats)
 
 
+def _elements_distinct(t: torch.Tensor) -> bool:
+    """Whether no two of `t`'s elements share memory, so that a copy may write into it."""
+    span = 1
+    for size, stride in sorted((d for d in zip(t.shape, t.stride()) if d[0] > 1), key=lambda d: d[1]):
+        if stride < span:
+            return False
+        span = stride * size
+    return True
+
+
 def kernel_time_after_producer(fn: Callable[[], object], inputs: list, *, iters: int = 50,
                                repeats: int = 5) -> float | None:
     """GPU time per call of `fn` (µs, the median of single calls between CUDA events) where
@@ -122,7 +132,7 @@ def kernel_time_after_producer(fn: Callable[[], object], inputs: list, *, iters:
     (none on the GPU, or each expanded). For calls that take the GPU longer than the host
     needs to issue them: otherwise the events also time the host."""
     tensors = [t for t in inputs if isinstance(t, torch.Tensor) and t.is_cuda and t.numel()
-               and t.is_non_overlapping_and_dense()]
+               and _elements_distinct(t)]
     if not tensors:
         return None
     target = max(tensors, key=lambda t: t.numel() * t.element_size())
