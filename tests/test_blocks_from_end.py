@@ -2,8 +2,8 @@
 dispatched works on the last rows of an inner reduction or persistent kernel, or the last
 elements of a pointwise kernel, and an outer reduction walks its reduced rows from the last,
 so a kernel reads first what its input's producer wrote last (still in L2). The switch is
-off by default until its GPU tests have run; these tests turn it on. A user's schedule is
-lowered as written either way.
+on by default; these tests set it on, so that they keep covering it if it is turned off. A
+user's schedule is lowered as written either way.
 
 On the CPU: the generated index, and the kernels simulated against the reference executor.
 On the GPU: the reduction and pointwise case lists against the reference executor, with
@@ -57,6 +57,7 @@ def _code(build, xs) -> str:
 @pytest.mark.parametrize("build", [_rmsnorm, _gelu], ids=["rmsnorm", "gelu"])
 def test_blocks_index_the_data_from_the_end_only_with_the_switch(build, monkeypatch):
     xs = [torch.randn(1024, 4096).to(torch.bfloat16)]
+    monkeypatch.setattr(kir, "BLOCKS_FROM_END", False)
     assert FROM_END not in _code(build, xs)
     monkeypatch.setattr(kir, "BLOCKS_FROM_END", True)
     src = _code(build, xs)
