@@ -150,13 +150,17 @@ def kernel_time_after_producer(fn: Callable[[], object], inputs: list, *, iters:
         fn()
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+
+    def issue(n: int) -> None:
+        for start, end in zip(starts[:n], ends[:n]):
+            target.copy_(source)
+            start.record()
+            fn()
+            end.record()
+
     torch.cuda.synchronize()
     t0 = time.perf_counter()
-    for start, end in zip(starts[:10], ends[:10]):  # the host's time to issue one timed step
-        target.copy_(source)
-        start.record()
-        fn()
-        end.record()
+    issue(10)  # the host's time to issue one timed step
     host_est_ms = (time.perf_counter() - t0) * 1e3 / min(10, iters)
     torch.cuda.synchronize()
     cycles = _sleep_cycles(host_est_ms * iters)
@@ -165,11 +169,7 @@ def kernel_time_after_producer(fn: Callable[[], object], inputs: list, *, iters:
         torch.cuda.synchronize()
         if cycles:
             torch.cuda._sleep(cycles)
-        for start, end in zip(starts, ends):
-            target.copy_(source)
-            start.record()
-            fn()
-            end.record()
+        issue(iters)
         torch.cuda.synchronize()
         got.extend(s.elapsed_time(e) for s, e in zip(starts, ends))
     return statistics.median(got) * 1e3
