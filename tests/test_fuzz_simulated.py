@@ -439,6 +439,15 @@ def _cat_a_permute_puts_innermost_under_a_cat_and_slice(fd, xs):
     fd.add_output(fd.ops.slice(t12, start_indices=[0, 0, 6], end_indices=[8, 4, 12]))
 
 
+def _crop_of_an_expanded_axis_beside_a_pad(fd, xs):
+    """pad(x, [-1, 0]) (a crop) of an expanded axis beside permute(pad(x, [1, 2, 1, 2])) as
+    the reference (simulated fuzz seed 23007 case 1364): the crop's write condition bounded
+    the expanded axis by its stored extent (1), so the crop was never written."""
+    t0 = fd.from_pytorch(xs[0])
+    fd.add_output(fd.ops.permute(fd.ops.pad(t0, [1, 2, 1, 2], 0.0), dims=[1, 0, 2]))
+    fd.add_output(fd.ops.pad(t0, [-1, 0], 0.0))
+
+
 #: (name, build, inputs): the bug classes the simulated fuzz runs found, each fixed at its
 #: cause (a wrong index, an unwritten or misread element, a spurious error)
 FOUND = [
@@ -467,6 +476,8 @@ FOUND = [
      lambda: [_rand(1, 16).half().permute(1, 0)[::2, :].expand(8, 8)]),
     ("cat_a_permute_puts_innermost_under_a_cat_and_slice", _cat_a_permute_puts_innermost_under_a_cat_and_slice,
      lambda: [_rand(5, 8, 4)]),
+    ("crop_of_an_expanded_axis_beside_a_pad", _crop_of_an_expanded_axis_beside_a_pad,
+     lambda: [_rand(2, 8, 1).half().expand(2, 8, 64)]),
 ]
 
 

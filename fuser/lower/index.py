@@ -363,11 +363,11 @@ class TensorIndexer:
                     if kb is not None and ka is None and (partial or (lo is not None and hi is not None
                                                                        and lo >= 0 and hi >= 0)):
                         v = sub(kb[0], left)
-                        put(a, v, kb[1] + (ge(v, 0), lt(v, self.extent(a.extent))))
+                        put(a, v, kb[1] + (ge(v, 0), lt(v, self.extent(a.user_extent))))
                     elif ka is not None and kb is None and (partial or (lo is not None and hi is not None
                                                                          and lo <= 0 and hi <= 0)):
                         v = add(ka[0], left)
-                        put(b, v, ka[1] + (ge(v, 0), lt(v, self.extent(b.extent))))
+                        put(b, v, ka[1] + (ge(v, 0), lt(v, self.extent(b.user_extent))))
             for side_a, side_b in self._reshape_runs:
                 # the position in one side's axes is the position in the other's
                 for src, dst in ((side_a, side_b), (side_b, side_a)):
