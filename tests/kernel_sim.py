@@ -1221,8 +1221,13 @@ class _NoisyReference(ref.ReferenceExecutor):
         mean, m2 = self.env[e.outputs[0]], self.env[e.outputs[1]]
         mean_bound = 4 * eps * chain * rms / n + eps * min(n, 4096) * mean.double().abs()
         self.env[e.outputs[0]] = self._jitter(mean, mean_bound)
-        # a sum of squares: same-sign terms (the mean's error enters it to second order)
-        self.env[e.outputs[1]] = self._jitter(m2, eps * min(n, 4096) * m2.double().abs())
+        # a sum of squares: same-sign terms; and each term (x - mean) * (x - running mean)
+        # is off by |x - mean| times the running mean's rounding (eps |mean|), which is
+        # what limits a Welford far from zero (a mean 6e4 standard deviations out)
+        m2d = m2.double().abs()
+        std = (m2d / n).sqrt()
+        bound = eps * min(n, 4096) * m2d + 4 * eps * chain * std * mean.double().abs()
+        self.env[e.outputs[1]] = self._jitter(m2, bound)
 
     def _jitter(self, v: torch.Tensor, bound: torch.Tensor) -> torch.Tensor:
         if not v.dtype.is_floating_point or v.numel() == 0:
