@@ -126,7 +126,7 @@ def test_rows_of_1024_threads_are_not_loaded_ahead():
 
 def test_short_rows_share_a_block_and_combine_partials_over_threadIdx_y():
     src = _code("rms", 16384, 1024, torch.bfloat16)
-    assert "__launch_bounds__(256)" in src  # 64 threads per row, 4 rows per block
+    assert "__launch_bounds__(256, 3)" in src  # 64 threads per row, 4 rows per block
     # bf16 rows are staged: the tile is combined through the stages' shared memory
     assert "fuser::block_allreduce_tile_y(oacc" in src and "tiles_Float" in src
     # fp32 rows are not: element by element through static shared memory
@@ -411,3 +411,58 @@ def test_a_kept_first_pass_without_launders_matches_eager_on_the_gpu(switches, p
     switches(R, KEPT_PASS_LAUNDER=False)
     fd = bench_case_on_gpu(name, shape, seed=17)
     assert "fuser_inner_outer" in fd.last_cuda_code() and "fuser::launder(" not in fd.last_cuda_code()
+
+
+def _kernel(kind: str, m: int, n: int, dtype: torch.dtype):
+    with FusionDefinition() as fd:
+        (rms_norm_backward if kind == "rms" else layer_norm_backward)(fd, _DT[dtype])
+    (k,) = fd._kernels_for(_inputs(kind, m, n, dtype), "test")
+    return k
+
+
+def test_blocks_per_sm_come_from_the_threads_an_sm_is_compiled_for():
+    from fuser.scheduler import normalization as N
+
+    per_sm = N.INNER_OUTER_SM_THREADS
+    assert per_sm >= 512
+    short = _kernel("rms", 16384, 1024, torch.bfloat16)  # 64 x 4 threads
+    assert short.block[:2] == (64, 4) and short.kernel.min_blocks == per_sm // 256
+    assert short.kernel.spill_max == N.INNER_OUTER_SPILL_MAX
+    assert f"__launch_bounds__(256, {per_sm // 256})" in short.source
+    # a cap of one block still changes the compiler's register choice (more, not fewer):
+    # a block of more than half the target asks for none
+    wide = _kernel("rms", 16384, 4096, torch.bfloat16)
+    assert wide.block[0] * wide.block[1] > per_sm // 2
+    assert wide.kernel.min_blocks == 0 and "__launch_bounds__(512)" in wide.source
+
+
+@pytest.mark.parametrize("spilled, kept", [(N_SPILL := 32, True), (33, False), (0, True)])
+def test_an_inner_outer_register_cap_stays_while_it_spills_at_most_its_allowance(monkeypatch, spilled, kept):
+    # no GPU: a stand-in loader reports local memory for the capped source only
+    import fuser.driver.kernel_cache as kc
+    import fuser.driver.launch as launch
+    from fuser.scheduler import normalization as N
+
+    from fuser.kernel import generated
+
+    monkeypatch.setattr(N, "INNER_OUTER_SPILL_MAX", N_SPILL)
+    monkeypatch.setattr(generated, "_loaded", {})  # (each case compiles afresh)
+    loaded = []
+
+    class Loaded:
+        def __init__(self, cubin, name, fmt, device=None, dependent_launch=False):
+            self.local_size_bytes = spilled if b"__launch_bounds__(256, " in cubin else 0
+            loaded.append(self.local_size_bytes)
+
+        def max_active_blocks(self, threads, smem):
+            return 3
+
+    monkeypatch.setattr(kc, "get_cubin", lambda source, **k: source.encode())
+    monkeypatch.setattr(launch, "CompiledKernel", Loaded)
+    k = _kernel("rms", 16384, 1024, torch.bfloat16)
+    assert k.kernel.min_blocks and k.kernel.grid_sync and k.kernel.grid_strided
+    k.load()
+    if kept:
+        assert loaded == [spilled] and k.kernel.min_blocks and "__launch_bounds__(256, " in k.source
+    else:
+        assert loaded == [spilled, 0] and k.kernel.min_blocks == 0 and "__launch_bounds__(256)" in k.source

@@ -123,8 +123,8 @@ SWEEPS: tuple[Sweep, ...] = (
             "reductions along and across the rows run as separate kernels where one inner-outer kernel would "
             "have fewer blocks than SMs")
       for f in ("rmsnorm_bwd_bf16", "layernorm_bwd_bf16", "layernorm_bwd_fp32")),
-    # seed 001 (one inner-outer kernel, four reductions across rows, 80 registers: 3 blocks of
-    # 256 threads per SM), whose sizes its definition fixes
+    # seed 001 (one inner-outer kernel, four reductions across rows, 256 threads a block),
+    # whose sizes its definition fixes
     Sweep("seed001_inner_outer_threads", "fuser.scheduler.normalization", "INNER_OUTER_BLOCK_THREADS",
           (256, 512, 1024), "seed001_rmsnorm_bwd_bf16", (SEED001_SHAPE,),
           "threads of an inner-outer block with at most INNER_OUTER_WIDE_MAX_OUTER reductions across rows "
@@ -154,6 +154,12 @@ SWEEPS: tuple[Sweep, ...] = (
             ((16384, 4096), (8192, 8192), (2048, 16384)),
             "groups of rows an inner-outer kernel holds in shared memory at once (one reduced, the rest in flight)")
       for f in ("rmsnorm_bwd_bf16", "layernorm_bwd_bf16")),
+    *(Sweep(f"inner_outer_sm_threads_{f}", "fuser.scheduler.normalization", "INNER_OUTER_SM_THREADS",
+            (0, 768, 1024), f, shapes, "threads per SM an inner-outer kernel is compiled to fit (fewer registers "
+            "a thread, more blocks an SM; 0: the compiler's choice)")
+      for f, shapes in (("seed001_rmsnorm_bwd_bf16", (SEED001_SHAPE,)),
+                        ("rmsnorm_bwd_bf16", ((16384, 4096), (8192, 8192), (2048, 16384), (16384, 1024))),
+                        ("layernorm_bwd_bf16", ((16384, 4096), (8192, 8192), (16384, 1024))))),
     *(Sweep(f"inner_outer_threads_{f}", "fuser.scheduler.normalization", "INNER_OUTER_BLOCK_THREADS",
             (256, 512, 1024), f, ((16384, 4096), (8192, 8192), (2048, 16384)),
             "threads of an inner-outer block (rows over threadIdx.y)")

@@ -143,7 +143,8 @@ class GeneratedKernel:
             return got
 
         compiled = compile_and_load()
-        if self.kernel.min_blocks and not self.kernel.grid_sync and compiled.local_size_bytes > 0:
+        fits = self.kernel.grid_strided or not self.kernel.grid_sync  # (a grid planned from what fits)
+        if self.kernel.min_blocks and fits and compiled.local_size_bytes > self.kernel.spill_max:
             # the register cap the occupancy target set made the compiler spill: a slower
             # kernel than the compiler's own choice, which is taken instead
             self.kernel = dataclasses.replace(self.kernel, min_blocks=0)

@@ -647,6 +647,9 @@ class Kernel:
     grid_strided: bool = False
     #: blocks per SM the compiler must make room for (__launch_bounds__'s second argument)
     min_blocks: int = 0
+    #: bytes a thread may spill under that register cap; past them the kernel is compiled
+    #: with the compiler's own register choice (where its grid is planned from what fits)
+    spill_max: int = 0
     #: the index ops' bounds checks (see IndexCheck); with a device check among them the
     #: kernel has an "index_error" parameter the runtime reads after each launch
     index_checks: tuple[IndexCheck, ...] = ()

@@ -345,7 +345,7 @@ class ReductionLowering:
         if p.persistent and not p.inner and p.grid_y > 1:  # an outer-persistent grid allreduce
             kw = {"grid_sync": True, "min_blocks": OUTER_PERSISTENT_MIN_BLOCKS, **kw}
         elif p.min_blocks:
-            kw = {"min_blocks": p.min_blocks, **kw}
+            kw = {"min_blocks": p.min_blocks, "spill_max": p.spill_max, **kw}
         return self.lookups.finish(Kernel(self.name, self.params.params, self._shared_decls + self.body, p.index_type,
                                           threads=p.bdx, threads_y=p.bdy, includes=("fuser_reduction.cuh",), **kw))
 

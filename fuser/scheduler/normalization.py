@@ -507,6 +507,17 @@ INNER_OUTER_FEW_ROWS_APART = True
 #: LayerNorm bf16 [16384, 4096] 124.8 / 269.9, [2048, 4096] 29.6 / 44.7; RMSNorm bf16
 #: 115.4 / 110.2, 24.0 / 22.9 (3 x 32 each); LayerNorm fp32 203.3 / 204.1, 35.0 / 35.4
 INNER_OUTER_KEEP_REGISTERS = 48
+#: threads per SM an inner-outer kernel is compiled to make room for (its blocks per SM,
+#: __launch_bounds__' second argument, from its block size, where that is 2 or more; 0:
+#: the compiler's register choice decides), as long as the cap spills at most
+#: INNER_OUTER_SPILL_MAX bytes a thread. H100, `bench --sweep inner_outer_sm_threads_*`,
+#: µs 0 / 768 / 1024 (registers, bytes spilled): seed 001 (256-thread blocks, four column
+#: tiles) 156.0 (112) / 142.3 (80, 32) / 264.8 (64, 120); LayerNorm backward bf16 [16384,
+#: 1024] (256 threads) 45.4 (113) / 54.8 (80, 64) / 100.0; RMSNorm backward [16384, 1024]
+#: 41.3 / 41.4 / 44.2; 512-thread blocks ([16384, 4096]): RMSNorm 140.8 (86) / 147.2 (96,
+#: one block asked for) / 142.7 (64, 24), LayerNorm 148.0 (128) / 147.0 / 860.4 (64, 360)
+INNER_OUTER_SM_THREADS = 768
+INNER_OUTER_SPILL_MAX = 32
 
 
 #: threads per block of an outer-persistent kernel, and bytes of held inputs per thread at
@@ -597,11 +608,16 @@ def inner_outer_heuristics(sub: SubFusion, geo: ReductionGeometry, vectorize: in
     for seg, _ in row_segments(sub, geo).values():
         while seg % bdy:  # a block's group of rows lies in one segment
             bdy //= 2
-    # (its grid is as many blocks as fit at once: the compiler's register choice decides;
-    # the inner-outer kernel takes rows in turn whatever `row_loop` says)
+    # (its grid is as many blocks as fit at once: the compiler's register choice decides,
+    # within INNER_OUTER_SM_THREADS; the inner-outer kernel takes rows in turn whatever
+    # `row_loop` says)
     # a kept value costs a register per element of the row a thread holds
     keep = first_pass_frontier(sub, geo) * p.unroll * p.vectorize <= INNER_OUTER_KEEP_REGISTERS
-    return dataclasses.replace(p, bdy=bdy, min_blocks=0, row_loop=False, late_loads=False, keep_first_pass=keep)
+    min_blocks = INNER_OUTER_SM_THREADS // (p.bdx * bdy)
+    if min_blocks < 2:  # (one block asked for still changes the compiler's choice)
+        min_blocks = 0
+    return dataclasses.replace(p, bdy=bdy, min_blocks=min_blocks, row_loop=False, late_loads=False,
+                               keep_first_pass=keep, spill_max=INNER_OUTER_SPILL_MAX if min_blocks else 0)
 
 
 def first_pass_frontier(sub: SubFusion, geo: ReductionGeometry) -> int:

@@ -241,7 +241,9 @@ class ReductionParams:
     persistent): each input is loaded at the first pass over the row that reads it (a
     norm's weights after its reductions), not all with the row. `keep_first_pass`
     (persistent): later passes read the values the first pass computed from registers
-    instead of recomputing them from the loaded row."""
+    instead of recomputing them from the loaded row. `spill_max`: bytes of local memory
+    a thread may spill under `min_blocks`' register cap before the kernel is compiled with
+    the compiler's own choice instead (where its grid allows: one planned from what fits)."""
 
     inner: bool
     persistent: bool
@@ -255,12 +257,14 @@ class ReductionParams:
     row_loop: bool = False
     late_loads: bool = False
     keep_first_pass: bool = False
+    spill_max: int = 0
 
     def __str__(self) -> str:
         # (the optional fields only where they are set)
         extra = "".join(f", {k}={v}" for k, v in (("min_blocks", self.min_blocks), ("row_loop", self.row_loop),
                                                     ("late_loads", self.late_loads),
-                                                    ("keep_first_pass", self.keep_first_pass)) if v)
+                                                    ("keep_first_pass", self.keep_first_pass),
+                                                    ("spill_max", self.spill_max)) if v)
         return (f"ReductionParams(inner={self.inner}, persistent={self.persistent}, vectorize={self.vectorize}, "
                 f"bdx={self.bdx}, bdy={self.bdy}, unroll={self.unroll}, grid_y={self.grid_y}, "
                 f"index_type={self.index_type}{extra})")
