@@ -486,7 +486,8 @@ def test_kernel_time_after_producer_times_the_call_after_its_input_is_rewritten(
     seen = []
     t = kernel_time_after_producer(lambda: seen.append(torch.neg(x)), [w, x], iters=5, repeats=2)
     assert t is not None and t > 0
-    assert len(seen) == 3 + 5 * 2 and torch.equal(x, before)  # warm-up, then each timed call
+    # warm-up, the host's issue-time estimate (at most 10 calls), then each timed call
+    assert len(seen) == 3 + min(10, 5) + 5 * 2 and torch.equal(x, before)
     # a read and a write of 64 MB: within a factor of the same call timed over a loop
     loop = kernel_time(lambda: torch.neg(x), iters=20, repeats=3).us
     assert 0.5 * loop < t < 2.0 * loop, (t, loop)
