@@ -436,16 +436,15 @@ def test_blocks_per_sm_come_from_the_threads_an_sm_is_compiled_for():
     assert wide.kernel.min_blocks == 0 and "__launch_bounds__(512)" in wide.source
 
 
-@pytest.mark.parametrize("spilled, kept", [(N_SPILL := 32, True), (33, False), (0, True)])
+@pytest.mark.parametrize("spilled, kept", [(32, True), (33, False), (0, True)])
 def test_an_inner_outer_register_cap_stays_while_it_spills_at_most_its_allowance(monkeypatch, spilled, kept):
     # no GPU: a stand-in loader reports local memory for the capped source only
     import fuser.driver.kernel_cache as kc
     import fuser.driver.launch as launch
+    from fuser.kernel import generated
     from fuser.scheduler import normalization as N
 
-    from fuser.kernel import generated
-
-    monkeypatch.setattr(N, "INNER_OUTER_SPILL_MAX", N_SPILL)
+    monkeypatch.setattr(N, "INNER_OUTER_SPILL_MAX", 32)
     monkeypatch.setattr(generated, "_loaded", {})  # (each case compiles afresh)
     loaded = []
 
