@@ -976,8 +976,11 @@ class Simulator(rs.Simulator):
         offset = _uniform(self.value(e.offset, mask), mask, "an RNG offset")
         idx = torch.as_tensor(self.value(e.index, mask)).to(torch.int64).expand(self.n)
         idx = torch.where(mask, idx, 0)
-        if bool((idx[mask] < 0).any()):
-            raise KernelFault(f"a negative random-number index in {e.state}")
+        # a thread may draw for a lane it then discards (a cat's other branch, at a position
+        # before that branch starts): the GPU draws some number there, so the simulator
+        # draws NaN, which fails the comparison wherever such a number is used
+        stray = idx < 0
+        idx = torch.where(stray, 0, idx)
         double = e.out is DataType.Double
         normal = e.op is RNGOpType.Normal
         per = philox.elements_per_block(double)
@@ -990,7 +993,7 @@ class Simulator(rs.Simulator):
         lo, hi = (_uniform_float(cast(self.value(p, mask), dt, comp), mask)
                   for p, dt in zip(e.params, e.param_dtypes))
         r = philox.normal(z, lo, hi) if normal else philox.uniform(z, lo, hi)
-        return cast(r, comp, e.out)
+        return cast(torch.where(stray, float("nan"), r), comp, e.out)
 
 
 def _uniform_float(v: torch.Tensor, mask: torch.Tensor) -> float:

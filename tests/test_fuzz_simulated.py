@@ -448,6 +448,21 @@ def _crop_of_an_expanded_axis_beside_a_pad(fd, xs):
     fd.add_output(fd.ops.pad(t0, [-1, 0], 0.0))
 
 
+def _draws_in_a_cat_branch(fd, xs):
+    """A seeded uniform (and what it decides) as both branches of a cat along the columns
+    (simulated fuzz seed 23008 case 2660): each thread draws for both branches, the second
+    at its position minus the first's width, negative in the first half; the value is
+    discarded there, and the simulator took the draw itself for a fault."""
+    t0 = fd.from_pytorch(xs[0])
+    t1 = fd.ops.uniform(0.0, 1.0, shape=[33, 8], rng_seed=586, rng_offset=8, dtype=DataType.BFloat16)
+    t5 = fd.ops.maximum(fd.ops.mul(fd.ops.where(fd.ops.lt(t1, 0.75), t0, 0.0), 1.3333333333333333), t0)
+    t6 = fd.ops.cast(t5, DataType.Half)  # (defined here, it puts the cat in a resize segment)
+    t8 = fd.ops.cat([t5, fd.ops.neg(t5)], dim=1)
+    fd.add_output(fd.ops.cast(fd.ops.slice(t8, start_indices=[0, 8], end_indices=[33, 16]), DataType.Half))
+    fd.add_output(t6)
+    fd.add_output(t1)
+
+
 #: (name, build, inputs): the bug classes the simulated fuzz runs found, each fixed at its
 #: cause (a wrong index, an unwritten or misread element, a spurious error)
 FOUND = [
@@ -478,6 +493,7 @@ FOUND = [
      lambda: [_rand(5, 8, 4)]),
     ("crop_of_an_expanded_axis_beside_a_pad", _crop_of_an_expanded_axis_beside_a_pad,
      lambda: [_rand(2, 8, 1).half().expand(2, 8, 64)]),
+    ("draws_in_a_cat_branch", _draws_in_a_cat_branch, lambda: [_rand(1, 8).expand(33, 8)]),
 ]
 
 
@@ -562,6 +578,31 @@ def test_a_missing_grid_barrier_is_a_race(kind_name):
     k, args, kind = _mutated(kind_name, lambda s: isinstance(s, kir.GridSync))
     with pytest.raises(ks.KernelFault, match="barrier between"):
         ks.simulate_kernel(k, args, resident=kind.resident)
+
+
+def _sub_exprs(x: Any):
+    """Every dataclass node under `x` (statements and expressions, at any depth)."""
+    if isinstance(x, (list, tuple)):
+        for y in x:
+            yield from _sub_exprs(y)
+    elif dataclasses.is_dataclass(x) and not isinstance(x, type):
+        yield x
+        for f in dataclasses.fields(x):
+            yield from _sub_exprs(getattr(x, f.name))
+
+
+def test_a_draw_at_a_negative_index_is_nan_where_it_is_used():
+    """A kernel whose random-number index is one short (-1 for its first element): the
+    simulator's NaN there fails the comparison with the reference stream."""
+    k, args, _ = _kernel("rng_seeded_and_unseeded", 0)
+    draws = {e for e in _sub_exprs(k.kernel.body) if isinstance(e, kir.Random)}
+    assert draws
+    repl = {e: dataclasses.replace(e, index=e.index - 1) for e in draws}
+    k.kernel = dataclasses.replace(k.kernel, body=[kir.substitute_stmt(s, repl) for s in k.kernel.body])
+    got = ks.simulate_kernel(k, args, philox_state=ks.PHILOX_STATE)
+    want = ks.run_reference(k.fusion, args, ks.PHILOX_STATE)
+    drawn = [g for g, w in zip(got, want) if not torch.equal(g, w)]
+    assert drawn and all(bool(torch.isnan(g.float()).flatten()[0]) for g in drawn)
 
 
 def test_a_missing_cp_async_wait_faults():
