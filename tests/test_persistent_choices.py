@@ -43,6 +43,36 @@ def test_streaming_hints_evict_the_row_first_and_keep_the_weights(choose):
 
 
 @pytest.mark.nvcc
+def test_store_hints_evict_only_the_output_rows_first(choose):
+    choose("stores")
+    src = _bench_code("layernorm_fwd_bf16", (16384, 4096))
+    assert "load_vec_stream" not in src  # the row loads plainly
+    assert re.search(r"fuser::load_vec<__bfloat, 8>\(&r0\[u \* 8\], &T0\[", src)
+    assert src.count("store_vec_stream<__bfloat, 8>") == 1  # the output row
+    ptx = ptx_of(src)
+    assert "st.global.cs.v4.u32" in ptx and "ld.global.cs" not in ptx
+    assert compile_all([src])[:4] == b"\x7fELF"
+
+
+@pytest.mark.nvcc
+def test_pointwise_stream_stores_evict_the_output_first(switches):
+    from fuser.benchmarks.fusions import FUSIONS
+    from fuser.lower import pointwise as lpw
+
+    gelu = next(f for f in FUSIONS if f.name == "gelu_tanh_bf16")
+
+    def code() -> str:
+        return gelu.fusion_definition().cuda_code_for(gelu.make_inputs("meta", (4096, 4096)))
+
+    plain = code()
+    assert "store_vec_stream" not in plain and "fuser::store_vec<__bfloat, 8>" in plain
+    switches(lpw, POINTWISE_STREAM_STORES=True)
+    src = code()
+    assert "fuser::store_vec_stream<__bfloat, 8>" in src and "fuser::store_vec<" not in src
+    assert "st.global.cs.v4.u32" in ptx_of(src)
+
+
+@pytest.mark.nvcc
 def test_block_threads_and_warps_shape_the_launch(choose, monkeypatch):
     monkeypatch.setenv(TARGET_ENV, "h200")  # (rows of 128 threads there)
     choose()
@@ -58,11 +88,12 @@ def test_block_threads_and_warps_shape_the_launch(choose, monkeypatch):
     assert compile_all([src])[:4] == b"\x7fELF"
 
 
+@pytest.mark.parametrize("hints", ["streaming", "stores"])
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_streaming_kernels_simulate_to_the_reference(choose, name):
+def test_streaming_kernels_simulate_to_the_reference(choose, name, hints):
     from kernel_sim import simulate_fusion
 
-    choose("streaming", threads=128)
+    choose(hints, threads=128)
     fd, xs = _case_inputs(name)
     report = simulate_fusion(fd, xs, resident=3)
     assert report.ok and report.status == "ok", str(report)
@@ -74,3 +105,21 @@ def test_the_choices_match_eager_on_the_gpu(choose, poisoned_kernel_outputs, nam
     pytest.importorskip("pycuda")
     choose("streaming", threads=128, warps=32)
     bench_case_on_gpu(name, shape, seed=3)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name,shape", GPU_CASES, ids=[f"{n}@{'x'.join(map(str, s))}" for n, s in GPU_CASES])
+def test_store_hints_match_eager_on_the_gpu(choose, poisoned_kernel_outputs, name, shape):
+    pytest.importorskip("pycuda")
+    choose("stores")
+    bench_case_on_gpu(name, shape, seed=4)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(4096, 4096), (1000, 1027), (3, 5)])
+def test_pointwise_stream_stores_match_eager_on_the_gpu(switches, poisoned_kernel_outputs, shape):
+    pytest.importorskip("pycuda")
+    from fuser.lower import pointwise as lpw
+
+    switches(lpw, POINTWISE_STREAM_STORES=True)
+    bench_case_on_gpu("gelu_tanh_bf16", shape, seed=5)

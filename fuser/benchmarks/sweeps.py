@@ -83,10 +83,21 @@ SWEEPS: tuple[Sweep, ...] = (
       for f in ("rmsnorm_fwd_bf16", "layernorm_fwd_bf16", "softmax_fwd_bf16", "layernorm_fwd_fp32")),
     # nvFuser's inner-persistent choices (its normalization_inner heuristic): evict-first
     # row loads and stores, a row a block, a register cap aimed at 28-32 warps an SM
-    *(Sweep(f"persistent_cache_hints_{f}", "fuser.lower.reduction", "PERSISTENT_CACHE_HINTS", ("plain", "streaming"),
-            f, NORM_SHAPES, "an inner-persistent kernel's row tensors loaded and stored plainly or evict-first "
-            "(ld.global.cs / st.global.cs)")
+    *(Sweep(f"persistent_cache_hints_{f}", "fuser.lower.reduction", "PERSISTENT_CACHE_HINTS",
+            ("plain", "streaming", "stores"), f, NORM_SHAPES, "an inner-persistent kernel's row tensors loaded and "
+            "stored plainly, evict-first (ld.global.cs / st.global.cs), or only stored evict-first")
       for f in ("rmsnorm_fwd_bf16", "layernorm_fwd_bf16", "softmax_fwd_bf16", "layernorm_fwd_fp32")),
+    # ... timed right after a copy rewrites the input, as the anchors' first run (where
+    # nvFuser, evict-first throughout, leads the forward norms by 2-3% on an H100)
+    *(Sweep(f"persistent_cache_hints_after_producer_{f}", "fuser.lower.reduction", "PERSISTENT_CACHE_HINTS",
+            ("plain", "streaming", "stores"), f, NORM_SHAPES, "the same, each call right after its input's "
+            "producer", after_producer=True)
+      for f in ("rmsnorm_fwd_bf16", "layernorm_fwd_bf16", "softmax_fwd_bf16")),
+    *(Sweep(f"pointwise_stream_stores{tag}", "fuser.lower.pointwise", "POINTWISE_STREAM_STORES", (False, True),
+            "gelu_tanh_bf16", ((16384, 8192), (4096, 4096), (1024, 1024)), "a pointwise kernel's vector stores "
+            "plain or evict-first (st.global.cs)" + about, after_producer=after)
+      for tag, about, after in (("", "", False), ("_after_producer", ", each call right after its input's producer",
+                                                   True))),
     *(Sweep(f"persistent_block_threads_{f}", "fuser.scheduler.normalization", "PERSISTENT_BLOCK_THREADS",
             (128, 256, 512), f, NORM_SHAPES, "threads of an inner-persistent block (short rows share one)")
       for f in ("rmsnorm_fwd_bf16", "layernorm_fwd_bf16", "softmax_fwd_bf16")),

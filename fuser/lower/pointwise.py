@@ -47,6 +47,11 @@ from .kir import (
 from .params import ParamTable
 from .values import scalar, tensor_value
 
+#: a pointwise kernel stores its vectors evict-first (st.global.cs), so that its writes do
+#: not push the part of its input its producer wrote last, and that it has yet to read,
+#: out of L2 (nvFuser's pointwise stores are evict-first). Off until `bench --sweep
+#: pointwise_stream_stores*` has run on a GPU (after-producer and loop-timed)
+POINTWISE_STREAM_STORES = False
 _LANE = Var("v")
 _PARALLEL = (ParallelType.BIDx, ParallelType.BIDy, ParallelType.TIDx)
 
@@ -232,7 +237,7 @@ class PointwiseLowering:
             if lanes > 1 and out.name in self.vector_tensors and index.lanes_contiguous(out, amap, idx_v, _LANE):
                 st: list[Stmt] = [VecStore(out.dtype, lanes, AddressOf(Element(ptr, index.offset(out, idx_0,
                                                                                            at_lane0(amap)))),
-                                           at(src.base))]
+                                           at(src.base), stream=POINTWISE_STREAM_STORES)]
                 guard = all_of([c for c in (guard, *(substitute(c, lane0) for c in conds)) if c is not None])
             else:
                 st = [Assign(Element(ptr, index.offset(out, idx_v, amap)), src)]

@@ -72,8 +72,9 @@ _INDEX_DTYPE = {"int32": DataType.Int32, "int64": DataType.Int}
 
 #: cache hints of an inner-persistent kernel's row tensors (spanning rows and columns, so
 #: read or written once): "plain"; "streaming", loaded with ld.global.cs and stored with
-#: st.global.cs (evict first), as nvFuser's inner-persistent kernels do. Weights (columns
-#: only) load plainly either way. `bench --sweep persistent_cache_hints_*` (RMSNorm, LayerNorm,
+#: st.global.cs (evict first), as nvFuser's inner-persistent kernels do; "stores", only the
+#: stores evict-first (the outputs' writes then leave in L2 the input rows its producer
+#: wrote last that the kernel has yet to read). Weights (columns only) load plainly. `bench --sweep persistent_cache_hints_*` (RMSNorm, LayerNorm,
 #: softmax bf16): streaming is 1-3% faster at [16384, 1024] and up to 7% slower at [2048,
 #: 16384] on an H100 and an H200, level elsewhere: plain.
 PERSISTENT_CACHE_HINTS = "plain"
@@ -766,10 +767,11 @@ class ReductionLowering:
         softmax, RMSNorm and LayerNorm forward fp32 [16384, 4096] 180.5-181.0 -> 182.7-186.1)."""
         return not any(isinstance(o, TensorView) and self.full(o) for o in self.fusion.outputs)
 
-    def _streams(self, tv: TensorView) -> bool:
-        """Whether `tv` is loaded or stored evict-first as a row tensor of an inner-persistent
-        kernel (PERSISTENT_CACHE_HINTS)."""
-        return (PERSISTENT_CACHE_HINTS == "streaming" and self.p.persistent and self.p.inner
+    def _streams(self, tv: TensorView, load: bool) -> bool:
+        """Whether `tv` is loaded (`load`) or stored evict-first as a row tensor of an
+        inner-persistent kernel (PERSISTENT_CACHE_HINTS)."""
+        mode = PERSISTENT_CACHE_HINTS
+        return ((mode == "streaming" or (mode == "stores" and not load)) and self.p.persistent and self.p.inner
                 and self.full(tv) and tv in self._spans_rows)
 
     def _load_full(self, tv: TensorView, s, u) -> list:
@@ -791,8 +793,8 @@ class ReductionLowering:
             mem = AddressOf(Element(ptr, _subst_v_expr(off, IntLit(0))))
             reg = AddressOf(Element(Var(self.regs[tv]), u * self.V))
             if load:
-                return [VecLoad(tv.dtype, self.V, reg, mem, stream=self._stream_loads() or self._streams(tv))]
-            return [VecStore(tv.dtype, self.V, mem, reg, stream=self._streams(tv))]
+                return [VecLoad(tv.dtype, self.V, reg, mem, stream=self._stream_loads() or self._streams(tv, True))]
+            return [VecStore(tv.dtype, self.V, mem, reg, stream=self._streams(tv, False))]
         if load and tv in self._lane_invariant:
             return [Assign(self._reg(tv, u, IntLit(0)), Element(ptr, _subst_v_expr(off, IntLit(0))))]
         pair = (self._reg(tv, u, v), Element(ptr, off))
