@@ -310,22 +310,11 @@ def test_issue_34_fusions_are_one_kernel_reading_every_row(name):
     (g,) = fd.segmented_fusion_for(xs).groups
     assert case.kind in fd.cuda_code_for([_meta(x) for x in xs])
     k = prepare_kernel(g.scheduler, g.fusion(), xs)
-    lookups = [e for e in _walk_exprs(k.kernel.body) if isinstance(e, Lookup)]
+    lookups = [e for e in kir.nodes(k.kernel.body) if isinstance(e, Lookup)]
     assert lookups and all(not isinstance(e.offset, IntLit) for e in lookups), name
     got = tct.run_plan(k, xs, Simulator)
     for a, b in zip(got, case.want(*xs)):
         assert_close(a, b, what=name)
-
-
-def _walk_exprs(x):
-    import dataclasses
-    if isinstance(x, (list, tuple)):
-        for y in x:
-            yield from _walk_exprs(y)
-    elif dataclasses.is_dataclass(x) and not isinstance(x, type):
-        yield x
-        for f in dataclasses.fields(x):
-            yield from _walk_exprs(getattr(x, f.name))
 
 
 def test_float_index_is_converted_to_int64_where_it_is_used():

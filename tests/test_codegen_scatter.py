@@ -9,6 +9,7 @@ import torch
 
 from fuser import DataType, FusionDefinition
 from fuser.lower.kir import CheckedIndex, GridSync
+from fuser.lower.kir import nodes as kir_nodes
 from fuser.runtime.index_check import ErrorFlag, IndexOutOfRangeError
 from fuser.kernel import generates_kernel, prepare_greedy
 from fuser.runtime.info import runtime_info
@@ -34,17 +35,6 @@ def _walk(stmts):
                 yield from _walk([x for x in v if dataclasses.is_dataclass(x)])
 
 
-def _exprs(x):
-    import dataclasses
-    if isinstance(x, (list, tuple)):
-        for y in x:
-            yield from _exprs(y)
-    elif dataclasses.is_dataclass(x) and not isinstance(x, type):
-        yield x
-        for f in dataclasses.fields(x):
-            yield from _exprs(getattr(x, f.name))
-
-
 def test_greedy_is_registered_after_the_pointwise_family_and_generates_kernels():
     assert generates_kernel(SchedulerType.greedy)
     assert str(SchedulerType.greedy) == "greedy"
@@ -59,7 +49,7 @@ def test_each_case_is_one_greedy_segment_lowered_to_a_scatter_kernel(case):
     assert k.params.flat == case.flat, case.name
     assert k.kernel.grid_sync and k.kernel.grid_strided
     assert sum(isinstance(s, GridSync) for s in _walk(k.kernel.body)) == 1
-    checked = [e for e in _exprs(k.kernel.body) if isinstance(e, CheckedIndex)]
+    checked = [e for e in kir_nodes(k.kernel.body) if isinstance(e, CheckedIndex)]
     assert len(checked) == 1 and not checked[0].wrap and checked[0].flag is not None
     device_check = k.kernel.index_checks[checked[0].check]
     assert device_check.op == "scatter" and device_check.value is None
@@ -177,7 +167,7 @@ def test_size_rule_is_checked_on_the_host_before_any_launch():
 def test_error_flag_becomes_an_index_error_naming_scatter():
     fd, xs = _define(CASES[1])
     k = prepare_greedy(fd.segmented_fusion_for(xs).groups[0].fusion(), [_meta(x) for x in xs])
-    (checked,) = [e for e in _exprs(k.kernel.body) if isinstance(e, CheckedIndex)]
+    (checked,) = [e for e in kir_nodes(k.kernel.body) if isinstance(e, CheckedIndex)]
     flag = ErrorFlag(k.kernel, torch.device("cpu"))
     flag._flag = torch.tensor([0, 0, 0])
     flag.raise_if_set()

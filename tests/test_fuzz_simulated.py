@@ -580,22 +580,11 @@ def test_a_missing_grid_barrier_is_a_race(kind_name):
         ks.simulate_kernel(k, args, resident=kind.resident)
 
 
-def _sub_exprs(x: Any):
-    """Every dataclass node under `x` (statements and expressions, at any depth)."""
-    if isinstance(x, (list, tuple)):
-        for y in x:
-            yield from _sub_exprs(y)
-    elif dataclasses.is_dataclass(x) and not isinstance(x, type):
-        yield x
-        for f in dataclasses.fields(x):
-            yield from _sub_exprs(getattr(x, f.name))
-
-
 def test_a_draw_at_a_negative_index_is_nan_where_it_is_used():
     """A kernel whose random-number index is one short (-1 for its first element): the
     simulator's NaN there fails the comparison with the reference stream."""
     k, args, _ = _kernel("rng_seeded_and_unseeded", 0)
-    draws = {e for e in _sub_exprs(k.kernel.body) if isinstance(e, kir.Random)}
+    draws = {e for e in kir.nodes(k.kernel.body) if isinstance(e, kir.Random)}
     assert draws
     repl = {e: dataclasses.replace(e, index=e.index - 1) for e in draws}
     k.kernel = dataclasses.replace(k.kernel, body=[kir.substitute_stmt(s, repl) for s in k.kernel.body])

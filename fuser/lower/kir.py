@@ -673,6 +673,18 @@ def walk(stmts: list) -> Iterator[Any]:
             yield from walk(x.orelse or [])
 
 
+def nodes(x: Any) -> Iterator[Any]:
+    """Every statement and expression under `x` (a list of statements, a statement or an
+    expression), `x` first: what a search of the kernel IR for one kind of node walks."""
+    if isinstance(x, (list, tuple)):
+        for y in x:
+            yield from nodes(y)
+    elif dataclasses.is_dataclass(x) and not isinstance(x, type):
+        yield x
+        for f in dataclasses.fields(x):
+            yield from nodes(getattr(x, f.name))
+
+
 def substitute(e: Expr, repl: dict[Expr, Expr]) -> Expr:
     """`e` with every sub-expression found in `repl` replaced."""
     got = repl.get(e) if not isinstance(e, Param) else None
