@@ -52,6 +52,7 @@ from .values import scalar, tensor_value
 #: out of L2 (nvFuser's pointwise stores are evict-first). Off until `bench --sweep
 #: pointwise_stream_stores*` has run on a GPU (after-producer and loop-timed)
 POINTWISE_STREAM_STORES = False
+
 _LANE = Var("v")
 _PARALLEL = (ParallelType.BIDx, ParallelType.BIDy, ParallelType.TIDx)
 

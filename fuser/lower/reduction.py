@@ -74,9 +74,11 @@ _INDEX_DTYPE = {"int32": DataType.Int32, "int64": DataType.Int}
 #: read or written once): "plain"; "streaming", loaded with ld.global.cs and stored with
 #: st.global.cs (evict first), as nvFuser's inner-persistent kernels do; "stores", only the
 #: stores evict-first (the outputs' writes then leave in L2 the input rows its producer
-#: wrote last that the kernel has yet to read). Weights (columns only) load plainly. `bench --sweep persistent_cache_hints_*` (RMSNorm, LayerNorm,
-#: softmax bf16): streaming is 1-3% faster at [16384, 1024] and up to 7% slower at [2048,
-#: 16384] on an H100 and an H200, level elsewhere: plain.
+#: wrote last that the kernel has yet to read). Weights (columns only) load plainly.
+#: `bench --sweep persistent_cache_hints_*` (RMSNorm, LayerNorm, softmax bf16, rotating
+#: cold inputs): streaming is 1-3% faster at [16384, 1024] and up to 7% slower at [2048,
+#: 16384] on an H100 and an H200, level elsewhere: plain. "stores" and the after-producer
+#: sweeps (`persistent_cache_hints_after_producer_*`) have not run on a GPU yet.
 PERSISTENT_CACHE_HINTS = "plain"
 #: an outer Welford reduction with vectors updates each lane's mean and M2 value by value
 #: (True: Welford's update, the reciprocal of the count shared by the lanes) or merges each
