@@ -325,7 +325,10 @@ class Simulator(rs.Simulator):
     module docstring); a node it lacks raises Unsupported."""
 
     def __init__(self, kernel: kir.Kernel, grid: tuple[int, ...], block: tuple[int, ...], values: list,
-                 budget: float = float("inf")) -> None:
+                 budget: float = float("inf"), stray_draw: float = float("nan")) -> None:
+        #: what a draw at a negative index gives (see _random), and whether one was made
+        self.stray_draw = stray_draw
+        self.strays = False
         special = {}
         plain = list(values)
         for k, (p, v) in enumerate(zip(kernel.params, values)):
@@ -977,9 +980,11 @@ class Simulator(rs.Simulator):
         idx = torch.as_tensor(self.value(e.index, mask)).to(torch.int64).expand(self.n)
         idx = torch.where(mask, idx, 0)
         # a thread may draw for a lane it then discards (a cat's other branch, at a position
-        # before that branch starts): the GPU draws some number there, so the simulator
-        # draws NaN, which fails the comparison wherever such a number is used
+        # before that branch starts): the GPU draws some number there; the simulator draws
+        # `stray_draw` (simulate_kernel reruns with +inf and -inf where there were any, so a
+        # stray number that reaches an output, through a comparison too, shows)
         stray = idx < 0
+        self.strays = self.strays or bool(stray.any())
         idx = torch.where(stray, 0, idx)
         double = e.out is DataType.Double
         normal = e.op is RNGOpType.Normal
@@ -993,7 +998,7 @@ class Simulator(rs.Simulator):
         lo, hi = (_uniform_float(cast(self.value(p, mask), dt, comp), mask)
                   for p, dt in zip(e.params, e.param_dtypes))
         r = philox.normal(z, lo, hi) if normal else philox.uniform(z, lo, hi)
-        return cast(torch.where(stray, float("nan"), r), comp, e.out)
+        return cast(torch.where(stray, self.stray_draw, r), comp, e.out)
 
 
 def _uniform_float(v: torch.Tensor, mask: torch.Tensor) -> float:
@@ -1077,20 +1082,10 @@ def launch_shape(k, resident: int | None = None) -> Launch:
     return Launch(grid, k.block, grid[0] * grid[1] * k.block[0] * k.block[1])
 
 
-def simulate_kernel(k, args: Sequence[Any], *, philox_state: tuple[int, int] = (0, 0), resident: int | None = None,
-                    max_threads: int | None = None, budget: float = float("inf"),
-                    captured: bool = False) -> list[torch.Tensor]:
-    """The outputs of generated kernel `k` simulated on CPU `args` (the segment's inputs):
-    outputs poisoned first (NaN, -7, True) and every element checked written; grid
-    reduction partials poisoned; `philox_state` the execution's (seed, base offset) for
-    unseeded RNG ops (with `captured`, passed as a launch captured in a CUDA graph passes
-    it: in a device array, the parameters zero). Raises KernelFault for what a GPU would do
-    wrong (an index op's value out of range included: the runtime's IndexError),
-    Unsupported, OverBudget."""
-    shape = launch_shape(k, resident)
-    check_launch(k.kernel, shape)
-    if max_threads is not None and shape.threads > max_threads:
-        raise OverBudget(f"{shape.threads} threads")
+def _simulate_once(k, args: Sequence[Any], shape, philox_state: tuple[int, int], captured: bool, budget: float,
+                   stray_draw: float):
+    """One simulated launch of `k` (see simulate_kernel): (outputs, the simulator, the index
+    error flag or None)."""
     outs, values = tct.plan_values(k, list(args))
     for pos, which in k._philox:
         values[pos] = 0 if captured else philox.as_int64(philox_state[which])
@@ -1108,10 +1103,37 @@ def simulate_kernel(k, args: Sequence[Any], *, philox_state: tuple[int, int] = (
     if k._index_error is not None:
         flag = torch.zeros(3, dtype=torch.int64)
         values[k._index_error[0]] = flag
-    if shape.grid[0] == 0:
-        return outs
-    sim = Simulator(k.kernel, shape.grid, shape.block, values, budget=budget)
+    sim = Simulator(k.kernel, shape.grid, shape.block, values, budget=budget, stray_draw=stray_draw)
     sim.run()
+    return outs, sim, flag
+
+
+def simulate_kernel(k, args: Sequence[Any], *, philox_state: tuple[int, int] = (0, 0), resident: int | None = None,
+                    max_threads: int | None = None, budget: float = float("inf"),
+                    captured: bool = False) -> list[torch.Tensor]:
+    """The outputs of generated kernel `k` simulated on CPU `args` (the segment's inputs):
+    outputs poisoned first (NaN, -7, True) and every element checked written; grid
+    reduction partials poisoned; `philox_state` the execution's (seed, base offset) for
+    unseeded RNG ops (with `captured`, passed as a launch captured in a CUDA graph passes
+    it: in a device array, the parameters zero). Raises KernelFault for what a GPU would do
+    wrong (an index op's value out of range included: the runtime's IndexError),
+    Unsupported, OverBudget."""
+    shape = launch_shape(k, resident)
+    check_launch(k.kernel, shape)
+    if max_threads is not None and shape.threads > max_threads:
+        raise OverBudget(f"{shape.threads} threads")
+    if shape.grid[0] == 0:
+        return tct.plan_values(k, list(args))[0]
+    outs, sim, flag = _simulate_once(k, args, shape, philox_state, captured, budget, float("nan"))
+    if sim.strays:
+        # a number drawn at a negative index must not reach an output: +inf and -inf there
+        # give the same outputs only if none does (a NaN could hide behind a comparison)
+        hi = _simulate_once(k, args, shape, philox_state, captured, budget, float("inf"))[0]
+        lo = _simulate_once(k, args, shape, philox_state, captured, budget, float("-inf"))[0]
+        for j, (a, b) in enumerate(zip(hi, lo)):
+            both_nan = (torch.isnan(a) & torch.isnan(b)) if a.dtype.is_floating_point else False
+            if not bool(((a == b) | both_nan).all()):
+                raise KernelFault(f"output {j}: a random number drawn at a negative index reaches it")
     if flag is not None and int(flag[0]):
         chk = k.kernel.index_checks[int(flag[0]) - 1]
         raise KernelFault(f"index check failed on the device: {chk.op} of {chk.tensor} along dim {chk.dim}: "

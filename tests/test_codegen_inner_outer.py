@@ -450,11 +450,12 @@ def test_an_inner_outer_register_cap_stays_while_it_spills_at_most_its_allowance
 
     class Loaded:
         def __init__(self, cubin, name, fmt, device=None, dependent_launch=False):
-            self.local_size_bytes = spilled if b"__launch_bounds__(256, " in cubin else 0
+            self.capped = b"__launch_bounds__(256, " in cubin
+            self.local_size_bytes = spilled if self.capped else 0
             loaded.append(self.local_size_bytes)
 
         def max_active_blocks(self, threads, smem):
-            return 3
+            return 3 if self.capped else 2  # (the grid must come from the kernel that loads)
 
     monkeypatch.setattr(kc, "get_cubin", lambda source, **k: source.encode())
     monkeypatch.setattr(launch, "CompiledKernel", Loaded)
@@ -465,3 +466,6 @@ def test_an_inner_outer_register_cap_stays_while_it_spills_at_most_its_allowance
         assert loaded == [spilled] and k.kernel.min_blocks and "__launch_bounds__(256, " in k.source
     else:
         assert loaded == [spilled, 0] and k.kernel.min_blocks == 0 and "__launch_bounds__(256)" in k.source
+    fits = 3 if kept else 2
+    sms = k.info.device_limits.sm_count
+    assert (fits - 1) * sms < k.grid[0] <= fits * sms, (k.grid, sms)

@@ -580,18 +580,32 @@ def test_a_missing_grid_barrier_is_a_race(kind_name):
         ks.simulate_kernel(k, args, resident=kind.resident)
 
 
-def test_a_draw_at_a_negative_index_is_nan_where_it_is_used():
-    """A kernel whose random-number index is one short (-1 for its first element): the
-    simulator's NaN there fails the comparison with the reference stream."""
-    k, args, _ = _kernel("rng_seeded_and_unseeded", 0)
+def _draws_one_short(k):
+    """Kernel `k` with each random-number index one short (-1 for the first element)."""
     draws = {e for e in kir.nodes(k.kernel.body) if isinstance(e, kir.Random)}
     assert draws
     repl = {e: dataclasses.replace(e, index=e.index - 1) for e in draws}
     k.kernel = dataclasses.replace(k.kernel, body=[kir.substitute_stmt(s, repl) for s in k.kernel.body])
-    got = ks.simulate_kernel(k, args, philox_state=ks.PHILOX_STATE)
-    want = ks.run_reference(k.fusion, args, ks.PHILOX_STATE)
-    drawn = [g for g, w in zip(got, want) if not torch.equal(g, w)]
-    assert drawn and all(bool(torch.isnan(g.float()).flatten()[0]) for g in drawn)
+    return k
+
+
+def test_a_draw_at_a_negative_index_that_reaches_an_output_faults():
+    """A draw at a negative index may be computed for a lane that is then discarded (see
+    draws_in_a_cat_branch), but not stored: directly, or through a comparison that a NaN
+    would pass unseen (a dropout mask: `uniform < p` is False for NaN as for a large draw)."""
+    k, args, _ = _kernel("rng_seeded_and_unseeded", 0)
+    with pytest.raises(ks.KernelFault, match="drawn at a negative index reaches"):
+        ks.simulate_kernel(_draws_one_short(k), args, philox_state=ks.PHILOX_STATE)
+
+    x = torch.randn(4, 8)
+    with FusionDefinition() as fd:
+        t = fd.from_pytorch(x)
+        u = fd.ops.uniform(0.0, 1.0, shape=[4, 8], rng_seed=1, rng_offset=0, dtype=DataType.Float)
+        fd.add_output(fd.ops.where(fd.ops.lt(u, 0.5), t, 0.0))
+    (k,) = fd._kernels_for([x], "test")
+    assert not torch.isnan(ks.simulate_kernel(k, [x])[0]).any()
+    with pytest.raises(ks.KernelFault, match="output 0: a random number drawn at a negative index"):
+        ks.simulate_kernel(_draws_one_short(k), [x])
 
 
 def test_a_missing_cp_async_wait_faults():

@@ -773,6 +773,8 @@ class ReductionLowering:
         """Whether `tv` is loaded (`load`) or stored evict-first as a row tensor of an
         inner-persistent kernel (PERSISTENT_CACHE_HINTS)."""
         mode = PERSISTENT_CACHE_HINTS
+        if mode not in ("plain", "streaming", "stores"):
+            raise ValueError(f"PERSISTENT_CACHE_HINTS is {mode!r}: one of 'plain', 'streaming', 'stores'")
         return ((mode == "streaming" or (mode == "stores" and not load)) and self.p.persistent and self.p.inner
                 and self.full(tv) and tv in self._spans_rows)
 
