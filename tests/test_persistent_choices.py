@@ -56,18 +56,12 @@ def test_store_hints_evict_only_the_output_rows_first(choose):
 
 @pytest.mark.nvcc
 def test_pointwise_stream_stores_evict_the_output_first(switches):
-    from fuser.benchmarks.fusions import FUSIONS
     from fuser.lower import pointwise as lpw
 
-    gelu = next(f for f in FUSIONS if f.name == "gelu_tanh_bf16")
-
-    def code() -> str:
-        return gelu.fusion_definition().cuda_code_for(gelu.make_inputs("meta", (4096, 4096)))
-
-    plain = code()
+    plain = _bench_code("gelu_tanh_bf16", (4096, 4096))
     assert "store_vec_stream" not in plain and "fuser::store_vec<__bfloat, 8>" in plain
     switches(lpw, POINTWISE_STREAM_STORES=True)
-    src = code()
+    src = _bench_code("gelu_tanh_bf16", (4096, 4096))
     assert "fuser::store_vec_stream<__bfloat, 8>" in src and "fuser::store_vec<" not in src
     assert "st.global.cs.v4.u32" in ptx_of(src)
 

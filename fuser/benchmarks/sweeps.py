@@ -43,6 +43,9 @@ class Sweep:
 #: row lengths around the persistent kernels' thresholds, from one row per block to many
 NORM_SHAPES = ((16384, 4096), (8192, 8192), (2048, 16384), (16384, 1024), (65536, 1024))
 
+#: GELU's: a large, a mid-size and an L2-sized tensor
+GELU_SHAPES = ((16384, 8192), (4096, 4096), (1024, 1024))
+
 #: batch norm's shapes: too many rows to hold (two kernels) down to rows held by one grid
 BN_SHAPES = ((16384, 4096), (8192, 8192), (2048, 16384), (1024, 1000), (128, 1000))
 
@@ -93,11 +96,11 @@ SWEEPS: tuple[Sweep, ...] = (
             ("plain", "streaming", "stores"), f, NORM_SHAPES, "the same, each call right after its input's "
             "producer", after_producer=True)
       for f in ("rmsnorm_fwd_bf16", "layernorm_fwd_bf16", "softmax_fwd_bf16")),
-    *(Sweep(f"pointwise_stream_stores{tag}", "fuser.lower.pointwise", "POINTWISE_STREAM_STORES", (False, True),
-            "gelu_tanh_bf16", ((16384, 8192), (4096, 4096), (1024, 1024)), "a pointwise kernel's vector stores "
-            "plain or evict-first (st.global.cs)" + about, after_producer=after)
-      for tag, about, after in (("", "", False), ("_after_producer", ", each call right after its input's producer",
-                                                   True))),
+    Sweep("pointwise_stream_stores", "fuser.lower.pointwise", "POINTWISE_STREAM_STORES", (False, True),
+          "gelu_tanh_bf16", GELU_SHAPES, "a pointwise kernel's vector stores plain or evict-first (st.global.cs)"),
+    Sweep("pointwise_stream_stores_after_producer", "fuser.lower.pointwise", "POINTWISE_STREAM_STORES",
+          (False, True), "gelu_tanh_bf16", GELU_SHAPES, "the same, each call right after its input's producer",
+          after_producer=True),
     *(Sweep(f"persistent_block_threads_{f}", "fuser.scheduler.normalization", "PERSISTENT_BLOCK_THREADS",
             (128, 256, 512), f, NORM_SHAPES, "threads of an inner-persistent block (short rows share one)")
       for f in ("rmsnorm_fwd_bf16", "layernorm_fwd_bf16", "softmax_fwd_bf16")),
