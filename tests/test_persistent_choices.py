@@ -55,6 +55,41 @@ def test_store_hints_evict_only_the_output_rows_first(choose):
 
 
 @pytest.mark.nvcc
+def test_load_hints_evict_only_the_row_loads_first(choose):
+    choose("loads")  # nvFuser's inner-persistent choice: rows read evict-first, stored plainly
+    src = _bench_code("layernorm_fwd_bf16", (16384, 4096))
+    assert re.search(r"load_vec_stream<__bfloat, 8>\(&r0\[u \* 8\], &T0\[", src)  # the row
+    assert re.search(r"fuser::load_vec<__bfloat, 8>\(&r1\[u \* 8\], &T1\[", src)  # the weight, plainly
+    assert "store_vec_stream" not in src
+    ptx = ptx_of(src)
+    assert "ld.global.cs.v4.u32" in ptx and "st.global.cs" not in ptx
+    assert compile_all([src])[:4] == b"\x7fELF"
+
+
+def test_an_unknown_cache_hint_is_refused(choose):
+    choose("evict")
+    with pytest.raises(ValueError, match="PERSISTENT_CACHE_HINTS is 'evict'"):
+        _bench_code("layernorm_fwd_bf16", (1024, 1024))
+
+
+@pytest.mark.nvcc
+def test_pointwise_stream_loads_evict_only_inputs_read_once(switches):
+    from fuser.lower import pointwise as lpw
+
+    plain = _bench_code("bias_relu", (4096, 4096))
+    assert "load_vec_stream" not in plain
+    switches(lpw, POINTWISE_STREAM_LOADS=True)
+    src = _bench_code("bias_relu", (4096, 4096))
+    # x [M, N] is read once; the bias [N], read again by every row, loads plainly
+    assert re.search(r"fuser::load_vec_stream<__bfloat, 8>\(r0[^;]*&T0\[", src)
+    assert re.search(r"fuser::load_vec<__bfloat, 8>\(r1[^;]*&T1\[", src)
+    assert "load_vec_stream<__bfloat, 8>(r1" not in src
+    ptx = ptx_of(src)
+    assert "ld.global.cs.v4.u32" in ptx and "st.global.cs" not in ptx
+    assert compile_all([src])[:4] == b"\x7fELF"
+
+
+@pytest.mark.nvcc
 def test_pointwise_stream_stores_evict_the_output_first(switches):
     from fuser.lower import pointwise as lpw
 
@@ -82,7 +117,7 @@ def test_block_threads_and_warps_shape_the_launch(choose, monkeypatch):
     assert compile_all([src])[:4] == b"\x7fELF"
 
 
-@pytest.mark.parametrize("hints", ["streaming", "stores"])
+@pytest.mark.parametrize("hints", ["streaming", "stores", "loads"])
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_streaming_kernels_simulate_to_the_reference(choose, name, hints):
     from kernel_sim import simulate_fusion
@@ -117,3 +152,23 @@ def test_pointwise_stream_stores_match_eager_on_the_gpu(switches, poisoned_kerne
 
     switches(lpw, POINTWISE_STREAM_STORES=True)
     bench_case_on_gpu("gelu_tanh_bf16", shape, seed=5)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name,shape", GPU_CASES, ids=[f"{n}@{'x'.join(map(str, s))}" for n, s in GPU_CASES])
+def test_load_hints_match_eager_on_the_gpu(choose, poisoned_kernel_outputs, name, shape):
+    pytest.importorskip("pycuda")
+    choose("loads")
+    bench_case_on_gpu(name, shape, seed=6)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name,shape", [("gelu_tanh_bf16", (4096, 4096)), ("gelu_tanh_bf16", (1000, 1027)),
+                                        ("gelu_tanh_bf16", (3, 5)), ("bias_relu", (2048, 1000)),
+                                        ("bias_relu", (7, 33))])
+def test_pointwise_stream_loads_match_eager_on_the_gpu(switches, poisoned_kernel_outputs, name, shape):
+    pytest.importorskip("pycuda")
+    from fuser.lower import pointwise as lpw
+
+    switches(lpw, POINTWISE_STREAM_LOADS=True)
+    bench_case_on_gpu(name, shape, seed=7)

@@ -66,6 +66,34 @@ SWEEPS: tuple[Sweep, ...] = (
     Sweep("outer_blocks_per_sm", "fuser.scheduler.reduction", "OUTER_BLOCKS_PER_SM", (1, 2, 3, 4, 6),
           "sum_outer_bf16", ((16384, 4096), (8192, 8192), (2048, 16384), (65536, 1024), (4096, 2048)),
           "blocks per SM an outer reduction's grid aims for (sharing rows, or narrow blocks)"),
+    # the anchors' outer sum (fp32 [16384, 8192]) ran at 96.6% of copy on an H200 where
+    # nvFuser reached 100.8 (97.0 against 98.8 on an H100)
+    *(Sweep(f"outer_blocks_per_sm_fp32{t}", "fuser.scheduler.reduction", "OUTER_BLOCKS_PER_SM", (2, 3, 4, 8),
+            "sum_outer_fp32", ((16384, 8192), (65536, 1024), (2048, 16384)),
+            "the same over float32 rows" + (", each call right after its input's producer" if t else ""),
+            after_producer=bool(t))
+      for t in ("", "_after_producer")),
+    *(Sweep(f"outer_bdx_fp32{t}", "fuser.scheduler.reduction", "OUTER_BDX", (16, 32, 64),
+            "sum_outer_fp32", ((16384, 8192), (65536, 1024), (2048, 16384)),
+            "threads across the columns of an outer reduction's block" +
+            (", each call right after its input's producer" if t else ""), after_producer=bool(t))
+      for t in ("", "_after_producer")),
+    # ... and the bytes an SM has in flight: rows a thread loads per step, threads a block
+    *(Sweep(f"outer_rows_unroll_{f}{t}", "fuser.scheduler.reduction", "OUTER_ROWS_UNROLL", (2, 4, 8), f,
+            ((16384, 8192), (65536, 1024), (2048, 16384), (16384, 4096)),
+            "rows an outer reduction's thread loads per step" + (", each call right after its input's producer"
+                                                                 if t else ""), after_producer=bool(t))
+      for f in ("sum_outer_fp32", "sum_outer_bf16") for t in ("", "_after_producer")),
+    *(Sweep(f"outer_block_threads_fp32{t}", "fuser.scheduler.reduction", "OUTER_BLOCK_THREADS", (256, 512, 1024),
+            "sum_outer_fp32", ((16384, 8192), (65536, 1024), (2048, 16384), (16384, 4096)),
+            "threads of an outer reduction's block" + (", each call right after its input's producer" if t else ""),
+            after_producer=bool(t))
+      for t in ("", "_after_producer")),
+    Sweep("outer_blocks_per_sm_wide_fp32_after_producer", "fuser.scheduler.reduction", "OUTER_BLOCKS_PER_SM",
+          (1, 2, 3), "sum_outer_fp32", ((16384, 8192), (65536, 1024), (2048, 16384), (16384, 4096)),
+          "blocks per SM of 1024 threads loading 8 rows a step (nvFuser's outer plan: one such block an SM)",
+          fixed=(("fuser.scheduler.reduction", "OUTER_ROWS_UNROLL", 8),
+                 ("fuser.scheduler.reduction", "OUTER_BLOCK_THREADS", 1024)), after_producer=True),
     Sweep("few_rows_elements", "fuser.scheduler.reduction", "FEW_ROWS_ELEMENTS", (4, 8, 16, 32),
           "softmax_fwd_bf16", ((32, 1000), (64, 1000), (128, 1000), (132, 2048), (64, 4096), (128, 8192)),
           "elements of its row a thread holds where rows are too few to give every SM a block"),
@@ -93,14 +121,22 @@ SWEEPS: tuple[Sweep, ...] = (
     # ... timed right after a copy rewrites the input, as the anchors' first run (where
     # nvFuser, evict-first throughout, leads the forward norms by 2-3% on an H100)
     *(Sweep(f"persistent_cache_hints_after_producer_{f}", "fuser.lower.reduction", "PERSISTENT_CACHE_HINTS",
-            ("plain", "streaming", "stores"), f, NORM_SHAPES, "the same, each call right after its input's "
-            "producer", after_producer=True)
+            ("plain", "streaming", "stores", "loads"), f, NORM_SHAPES, "the same (or only loaded evict-first, "
+            "as nvFuser's are), each call right after its input's producer", after_producer=True)
       for f in ("rmsnorm_fwd_bf16", "layernorm_fwd_bf16", "softmax_fwd_bf16")),
     Sweep("pointwise_stream_stores", "fuser.lower.pointwise", "POINTWISE_STREAM_STORES", (False, True),
           "gelu_tanh_bf16", GELU_SHAPES, "a pointwise kernel's vector stores plain or evict-first (st.global.cs)"),
     Sweep("pointwise_stream_stores_after_producer", "fuser.lower.pointwise", "POINTWISE_STREAM_STORES",
           (False, True), "gelu_tanh_bf16", GELU_SHAPES, "the same, each call right after its input's producer",
           after_producer=True),
+    *(Sweep(f"pointwise_stream_loads{t}", "fuser.lower.pointwise", "POINTWISE_STREAM_LOADS", (False, True),
+            "gelu_tanh_bf16", GELU_SHAPES, "a pointwise kernel's inputs read once loaded plainly or evict-first "
+            "(ld.global.cs)" + (", each call right after its input's producer" if t else ""), after_producer=bool(t))
+      for t in ("", "_after_producer")),
+    *(Sweep(f"pointwise_big_block{t}", "fuser.scheduler.pointwise", "BIG_BLOCK", (128, 256, 512),
+            "gelu_tanh_bf16", GELU_SHAPES, "threads of a pointwise block once there are several waves of blocks"
+            + (", each call right after its input's producer" if t else ""), after_producer=bool(t))
+      for t in ("", "_after_producer")),
     *(Sweep(f"persistent_block_threads_{f}", "fuser.scheduler.normalization", "PERSISTENT_BLOCK_THREADS",
             (128, 256, 512), f, NORM_SHAPES, "threads of an inner-persistent block (short rows share one)")
       for f in ("rmsnorm_fwd_bf16", "layernorm_fwd_bf16", "softmax_fwd_bf16")),
@@ -177,6 +213,13 @@ SWEEPS: tuple[Sweep, ...] = (
     *(Sweep(f"inner_outer_threads_{f}", "fuser.scheduler.normalization", "INNER_OUTER_BLOCK_THREADS",
             (256, 512, 1024), f, ((16384, 4096), (8192, 8192), (2048, 16384)),
             "threads of an inner-outer block (rows over threadIdx.y)")
+      for f in ("rmsnorm_bwd_bf16", "layernorm_bwd_bf16")),
+    # nvFuser's plan for RMSNorm backward bf16 [16384, 4096] (its dump, H100): 128 threads a
+    # block holding 32 elements each, 4 blocks an SM, rows staged in shared memory
+    *(Sweep(f"inner_outer_small_blocks_{f}", "fuser.scheduler.normalization", "INNER_OUTER_BLOCK_THREADS",
+            (128, 256, 512), f, ((16384, 4096), (8192, 8192), (16384, 1024)),
+            "threads of an inner-outer block, compiled for 512 threads an SM (4 blocks of 128)",
+            fixed=(("fuser.scheduler.normalization", "INNER_OUTER_SM_THREADS", 512),))
       for f in ("rmsnorm_bwd_bf16", "layernorm_bwd_bf16")),
     *(Sweep(f"blocks_from_end_{f}", "fuser.lower.kir", "BLOCKS_FROM_END", (False, True), f, shapes,
             "blocks take their data from the end, so a kernel reads first what its input's producer wrote "

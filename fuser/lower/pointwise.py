@@ -49,9 +49,16 @@ from .values import scalar, tensor_value
 
 #: a pointwise kernel stores its vectors evict-first (st.global.cs), so that its writes do
 #: not push the part of its input its producer wrote last, and that it has yet to read,
-#: out of L2 (nvFuser's pointwise stores are evict-first). Off until `bench --sweep
-#: pointwise_stream_stores*` has run on a GPU (after-producer and loop-timed)
+#: out of L2. `bench --sweep pointwise_stream_stores_after_producer`, H100, GELU bf16 µs
+#: plain / evict-first: [16384, 8192] 177.2 / 177.1, [4096, 4096] 23.9 / 23.6, [1024,
+#: 1024] 5.2 / 5.2: level, so off
 POINTWISE_STREAM_STORES = False
+#: ... and loads evict-first (ld.global.cs) the inputs whose every element it reads once (as
+#: many unbroadcast axes as the reference: no weight read again by every row), as
+#: nvFuser's pointwise kernel for GELU does (its generated code). `bench --sweep
+#: pointwise_stream_loads*`, H100, GELU bf16 µs plain / evict-first: after the producer
+#: 177.2 / 178.8, 23.6 / 23.2, 5.2 / 5.2; loop-timed 176.8 / 179.9, 23.7 / 24.3, 2.6 / 2.5: off
+POINTWISE_STREAM_LOADS = False
 
 _LANE = Var("v")
 _PARALLEL = (ParallelType.BIDx, ParallelType.BIDy, ParallelType.TIDx)
@@ -147,6 +154,13 @@ class PointwiseLowering:
         return self.lookups.finish(Kernel(self.name, self.params.params, body, self.index_type, threads=threads,
                                           grid_extent=grid_extent, grid_extent_y=grid_extent_y))
 
+    def _read_once(self, tv: TensorView) -> bool:
+        """Whether the kernel reads each element of input `tv` once: no broadcast axis, and
+        as many axes as the reference has unbroadcast ones."""
+        axes = [a for a in tv.domain.logical if not a.is_reduction]
+        return (tv in self.fusion.inputs and not any(a.is_broadcast for a in axes)
+                and len(axes) == sum(1 for a in self.ref.domain.logical if not (a.is_broadcast or a.is_reduction)))
+
     def _stages(self, loop_index: Indices, at_lane0: Indices, size: int, ri: Expr, base: Expr | None, *,
                 per_stage: bool, unroll: tuple[Var, Expr] | None = None) -> list[Stmt]:
         """Declarations, loads, math and stores of one tile of `size` register elements:
@@ -220,7 +234,8 @@ class PointwiseLowering:
                 continue
             if vector(n):
                 vec = VecLoad(tv.dtype, lanes, at(n.reg.base),
-                              AddressOf(Element(ptr, index.offset(tv, idx_0, at_lane0(n.amap)))))
+                              AddressOf(Element(ptr, index.offset(tv, idx_0, at_lane0(n.amap)))),
+                              stream=POINTWISE_STREAM_LOADS and self._read_once(tv))
                 if guard is None:
                     loads.append(vec)
                 else:  # a pad's or cat's boundary is a multiple of the width: lane 0 decides

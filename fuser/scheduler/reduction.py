@@ -319,6 +319,26 @@ def vector_width(sub: SubFusion, geo: ReductionGeometry, vectorized: list[Tensor
 #: H200: 52.7 / 37.3 / 34.3 / 35.2 / 35.8; 55.3 / 35.6 / 34.2 / 34.2 / 35.3; 21.5 / 19.6 /
 #: 19.6 / 19.7 / 20.3; 58.8 / 39.7 / 36.0 / 36.3 / 37.3; 11.5 / 9.4 / 9.5 / 9.5 / 9.5: the same
 OUTER_BLOCKS_PER_SM = 3
+#: threads across the columns of an outer reduction's block, where its columns give every SM
+#: half a block of that width or fewer (see `heuristics`). `bench --sweep outer_bdx_fp32*`,
+#: H100, sum over dim 0 fp32 µs at 16 / 32 / 64, right after the input's producer: [16384,
+#: 8192] 180.5 / 182.3 / 183.8, [65536, 1024] 94.7 / 96.0 / 100.2, [2048, 16384] 46.5 /
+#: 46.6 / 46.5; loop-timed 172.6 / 174.8 / 175.4, 88.5 / 89.2 / 94.1, 44.4 / 44.4 / 44.2
+OUTER_BDX = 16
+#: rows an outer reduction's thread loads per step (twice as many for narrow vectors: see
+#: _narrow_rows) and threads of its block: what an SM has in flight. nvFuser's plan for the
+#: anchors' outer sum (fp32 [16384, 8192]; its dump on an H100) is 16 x 64 threads loading 8
+#: rows a step, one block an SM, no blocks sharing a row. `bench --sweep outer_rows_unroll_*`,
+#: H100, fp32 µs at 2 / 4 / 8 after the producer: [16384, 8192] 183.4 / 180.6 / 178.7,
+#: [65536, 1024] 95.6 / 94.6 / 93.8, [2048, 16384] 47.7 / 46.8 / 46.5, [16384, 4096] 95.0 /
+#: 94.3 / 94.3; loop-timed 175.3 / 172.9 / 172.9, 91.0 / 88.4 / 88.7, 45.1 / 44.2 / 44.1,
+#: 89.5 / 89.4 / 89.3; bf16 after the producer 95.6 / 95.6 / 96.3, 52.4 / 51.2 / 51.3, 25.3 /
+#: 25.3 / 25.4, 51.7 / 50.8 / 51.4: 8 is within 1% of 4 either way on the H100.
+#: `outer_block_threads_fp32*`, 256 / 512 / 1024 threads, after the producer: 180.5 / 179.7 /
+#: 180.1, 94.8 / 94.5 / 97.3, 46.6 / 46.1 / 46.6, 94.5 / 95.3 / 93.5; loop-timed 172.8 /
+#: 173.2 / 174.0, 88.4 / 89.4 / 91.9, 44.3 / 44.3 / 44.4, 88.7 / 90.4 / 91.3
+OUTER_ROWS_UNROLL = UNROLL
+OUTER_BLOCK_THREADS = BLOCK_THREADS
 #: rows an outer reduction's thread loads per step double where its input vectors are
 #: narrower than 16 bytes (see _narrow_rows). `bench --sweep outer_narrow_unroll_*`, H200,
 #: batch norm bf16 [16384, 4096] / [8192, 8192] / [2048, 16384] / [1024, 1000]: 138.6 /
@@ -406,14 +426,14 @@ def heuristics(sub: SubFusion, geo: ReductionGeometry, vectorize: int) -> Reduct
     # copy against 73% with 32 x 8; fp32 [16384, 8192]: 99%); very wide ones take wider
     # blocks while they still give every SM half a block of columns (seed 001's reduction
     # over 57344 columns: 97 us with 64 x 4, 104 with 32 x 8, 122 with 16 x 16)
-    narrow = bdx = min(16, _pow2_ceil(col_vecs))
+    narrow = bdx = min(OUTER_BDX, _pow2_ceil(col_vecs))
     while bdx < 64 and -(-col_vecs // (2 * bdx)) >= sms // 2:
         bdx *= 2
-    bdy = max(1, min(BLOCK_THREADS // bdx, _pow2_ceil(cols)))
+    bdy = max(1, min(OUTER_BLOCK_THREADS // bdx, _pow2_ceil(cols)))
     # the blocks sharing a row are counted as for 16-wide blocks, whatever the width (seed
     # 001: 64 x 4 threads with the 3 that gives ran in 98 us, with the 10 counted for their
     # own width in 113 us)
-    n_bdy = max(1, min(BLOCK_THREADS // narrow, _pow2_ceil(cols)))
+    n_bdy = max(1, min(OUTER_BLOCK_THREADS // narrow, _pow2_ceil(cols)))
     blocks = -(-col_vecs // narrow)
     steps = -(-cols // (n_bdy * _rows_unroll(cols, n_bdy)))
     # blocks share a row until there are about three per SM: more only add partials to
@@ -430,7 +450,7 @@ def heuristics(sub: SubFusion, geo: ReductionGeometry, vectorize: int) -> Reduct
             # combine across blocks (H100, sum over dim 0 of [2048, 16384]: bf16 28.79 ->
             # 27.43 us, fp32 50.16 -> 47.41)
             vectorize, bdx = narrow_vec, NARROW_BDX
-            bdy = max(1, min(BLOCK_THREADS // bdx, _pow2_ceil(cols)))
+            bdy = max(1, min(OUTER_BLOCK_THREADS // bdx, _pow2_ceil(cols)))
         else:
             grid_y = max(1, min(-(-OUTER_BLOCKS_PER_SM * sms // blocks), steps // 4, 1024))
     elif blocks < sms:
@@ -443,7 +463,7 @@ def heuristics(sub: SubFusion, geo: ReductionGeometry, vectorize: int) -> Reduct
         # 3.09 -> 2.71 us with 2-element vectors, bf16 3.21 -> 2.72; the column allreduce
         # of a 2-element tile then goes through warp shuffles)
         vectorize = wave_vector(rows, bdx, vectorize, sms)
-        bdy = max(1, min(BLOCK_THREADS // bdx, _pow2_ceil(-(-cols // UNROLL))))
+        bdy = max(1, min(OUTER_BLOCK_THREADS // bdx, _pow2_ceil(-(-cols // UNROLL))))
     unroll = _rows_unroll(cols, bdy, _narrow_rows(sub, vectorize) if vectorize == width else UNROLL)
     return ReductionParams(False, False, vectorize, bdx, bdy, unroll, grid_y, info.index_type)
 
@@ -455,8 +475,8 @@ def _narrow_rows(sub: SubFusion, vectorize: int) -> int:
     (OUTER_NARROW_UNROLL)."""
     itemsizes = [tv.dtype.itemsize for tv in sub.inputs if isinstance(tv, TensorView)]
     if not OUTER_NARROW_UNROLL or not itemsizes or vectorize * min(itemsizes) >= VECTOR_BYTES:
-        return UNROLL
-    return 2 * UNROLL
+        return OUTER_ROWS_UNROLL
+    return 2 * OUTER_ROWS_UNROLL
 
 
 def _outer_blocks(columns: int, vectorize: int) -> int:
