@@ -462,7 +462,12 @@ def geo_red_classes(sub: SubFusion, geo: ReductionGeometry) -> set[int]:
 #: threads and rows per block of an inner-outer kernel (rows over threadIdx.y), at most:
 #: on an H100, RMSNorm backward bf16 [16384, 4096] ran at 86% of copy with 256 x 2 threads
 #: against 77% with 256 x 1 (LayerNorm backward 67% against 64%); over rows of 1024,
-#: 64 x 4 threads ran at 74% against 60% with 64 x 8 and 67% with 64 x 2
+#: 64 x 4 threads ran at 74% against 60% with 64 x 8 and 67% with 64 x 2. nvFuser's plan for
+#: RMSNorm backward (its dump, H100) is 4 blocks of 128 an SM; `bench --sweep
+#: inner_outer_small_blocks_*` (compiled for 512 threads an SM), H100, µs at 128 / 256 / 512:
+#: RMSNorm bf16 [16384, 4096] 147.1 / 154.8 / 141.0, [8192, 8192] 146.9 / 146.9 / 144.2,
+#: [16384, 1024] 43.5 / 39.5 / 39.6; LayerNorm 173.3 / 152.8 / 147.9, 174.2 / 173.1 / 154.1,
+#: 49.1 / 45.4 / 45.4
 INNER_OUTER_BLOCK_THREADS = 512
 INNER_OUTER_BLOCK_ROWS = 4
 #: vectors of each row input a thread of an inner-outer kernel holds, over 2-byte values:
