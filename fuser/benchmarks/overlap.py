@@ -13,7 +13,10 @@ measured on an H100 (2026-11-28, loop / sum of the parts at the four SHAPES): no
 the GEMMs chained on one stream (one at a time, so a carveout's SMs stay free) with the
 pointwise kernels on two side streams, at normal or high priority: 0.97-1.08 / 0.98-1.30 /
 1.00-1.39 / 1.18-1.44. A carved-out GEMM slows by about the SMs it gives up (32 of 132:
-388 -> 454 µs) and the pointwise kernel on the freed SMs does not make it back."""
+388 -> 454 µs) and the pointwise kernel on the freed SMs does not make it back.
+Two more runs of today's loop (H100, 2026-12-06), loop / sum at the four SHAPES: 0.99 /
+0.96 / 0.97 / 1.14 and 0.98 / 0.97 / 0.95 / 1.13. The last shape's sixteen 512-row GEMMs
+run slower chunked than whole (the loop is 1.13 of the fusion without the stream axis)."""
 from __future__ import annotations
 
 import statistics
