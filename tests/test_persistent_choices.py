@@ -137,11 +137,12 @@ def test_the_choices_match_eager_on_the_gpu(choose, poisoned_kernel_outputs, nam
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("hints,seed", [("stores", 4), ("loads", 6)])
 @pytest.mark.parametrize("name,shape", GPU_CASES, ids=[f"{n}@{'x'.join(map(str, s))}" for n, s in GPU_CASES])
-def test_store_hints_match_eager_on_the_gpu(choose, poisoned_kernel_outputs, name, shape):
+def test_one_sided_hints_match_eager_on_the_gpu(choose, poisoned_kernel_outputs, name, shape, hints, seed):
     pytest.importorskip("pycuda")
-    choose("stores")
-    bench_case_on_gpu(name, shape, seed=4)
+    choose(hints)
+    bench_case_on_gpu(name, shape, seed=seed)
 
 
 @pytest.mark.gpu
@@ -152,14 +153,6 @@ def test_pointwise_stream_stores_match_eager_on_the_gpu(switches, poisoned_kerne
 
     switches(lpw, POINTWISE_STREAM_STORES=True)
     bench_case_on_gpu("gelu_tanh_bf16", shape, seed=5)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("name,shape", GPU_CASES, ids=[f"{n}@{'x'.join(map(str, s))}" for n, s in GPU_CASES])
-def test_load_hints_match_eager_on_the_gpu(choose, poisoned_kernel_outputs, name, shape):
-    pytest.importorskip("pycuda")
-    choose("loads")
-    bench_case_on_gpu(name, shape, seed=6)
 
 
 @pytest.mark.gpu
