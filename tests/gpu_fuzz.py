@@ -34,7 +34,10 @@ computed indices (iota arithmetic, broadcasts), then ops that notice a wrong bro
 flag); rotary (GPT-J interleaved and NeoX / partial rotary embeddings as Thunder emits
 them, random sizes); dropout (random numbers feeding a mask, where and a scale: the twin
 reads fuser's random outputs, so what follows them is compared exactly); big (inputs of
-1e5 .. 4M elements, odd extents next to large ones). Every case is tagged
+1e5 .. 4M elements, odd extents next to large ones); norm_bwd (normalisation backward:
+the sum along each row of dy·w·x̂ broadcast back into the row's gradient, beside sums
+across the rows, on up to 1M elements: the inner-outer persistent scheduler's fusions,
+which the other families almost never make). Every case is tagged
 ``family_<name>``; `Summary.details()` counts the families run and those failing.
 
 How values are compared. The twin is written with `F` for float32 (`x.to(F)`, `dtype=F`);
@@ -160,14 +163,21 @@ TWIN_DT = {
     torch.int32: "torch.int32", torch.int64: "torch.int64", torch.bool: "torch.bool",
 }
 #: the generator's families (--family) and their share of the mixed stream, in percent
-#: (classic: the original op mix; the others: see the `fam_*` methods of _Gen)
-FAMILY_WEIGHTS = {"classic": 38, "reshape": 10, "resize": 10, "layout": 8, "reduce_view": 10, "index": 10,
+#: (classic: the original op mix; the others: see the `fam_*` methods of _Gen). A new
+#: family takes its share from the end of classic's interval, so that every other case of
+#: a seed's mix stays what it was
+FAMILY_WEIGHTS = {"classic": 33, "norm_bwd": 5, "reshape": 10, "resize": 10, "layout": 8, "reduce_view": 10, "index": 10,
                   "rotary": 4, "dropout": 5, "big": 5}
 FAMILIES = tuple(FAMILY_WEIGHTS)
 #: odd extents the families mean to reach
 ODD_EXTENTS = (1, 3, 7, 33, 127, 129, 1025, 4097)
 #: axis extents of the families' universes (small first: slices of it pick small ones)
 FAMILY_EXTENTS = (1, 2, 3, 4, 7, 8, 16, 32, 33, 64, 127, 128, 129, 256, 1025, 4097)
+#: the "norm_bwd" family: row counts and row lengths (the inner-outer scheduler takes
+#: rows enough for a block an SM: hundreds), and elements of its inputs at most
+NORM_ROWS = (1, 3, 33, 129, 256, 1025, 1025, 2049, 2049, 4097, 8193)
+NORM_ROW_LENGTHS = (1, 3, 7, 33, 64, 127, 128, 129, 256, 1024, 1025, 2048, 4097)
+NORM_NUMEL = 1 << 20
 #: the "big" family: universes of 1e5 .. BIG_NUMEL elements from these extents
 BIG_EXTENTS = (1, 3, 7, 33, 127, 129, 513, 1025, 2049, 4097, 8192, 16385, 65537, 131073, 1048577)
 BIG_NUMEL = 4_000_000
@@ -1588,6 +1598,19 @@ class _Gen:
             else:
                 sizes = [129, 4097]
             self.tags.add("big_input")
+        elif self.family == "norm_bwd":
+            # rows (the leading axes) by a row (the last, or the last two): many rows of any
+            # length, as the inner-outer scheduler's fusions have
+            self.numel_cap = 4 * NORM_NUMEL
+            lead = rng.choice((1, 1, 1, 2))
+            sizes = [rng.choice(NORM_ROWS) for _ in range(lead)] + [rng.choice(NORM_ROW_LENGTHS)]
+            while math.prod(sizes) > NORM_NUMEL:
+                k = max(range(len(sizes) - 1), key=lambda j: sizes[j])
+                rows = [e for e in NORM_ROWS if e < sizes[k]]
+                if rows and (sizes[-1] <= 64 or rng.random() < 0.5):  # fewer rows, or a shorter row
+                    sizes[k] = rng.choice(rows)
+                else:
+                    sizes[-1] = rng.choice([e for e in NORM_ROW_LENGTHS if e < sizes[-1]])
         elif self.family == "rotary":
             self.numel_cap = 4 * MAX_NUMEL
             for _ in range(200):
@@ -2266,6 +2289,72 @@ class _Gen:
         if z is not None and rng.random() < 0.6:
             self.attempt(rng.choice((self.reduce_after, self.reduce_after, self.residual)), z)
         self.classic_ops(0, 2)
+
+    # --- families: normalisation backward ---------------------------------------------------------------
+    def _sum(self, v: Var, dims: list[int], keepdim: bool, *, pool: bool) -> Var:
+        """sum(v, dims) of a float32 `v`."""
+        n = math.prod(self.shape(v.axes)[p] for p in dims)
+        axes = reduced_axes(v, dims, keepdim)
+        sq = frozenset(p for p, (k, kind) in enumerate(axes) if kind == "b") if keepdim else frozenset()
+        self._reduce_tags(v, dims)
+        return self.emit(f"fd.ops.sum({v.name}, dims={dims}, keepdim={keepdim})",
+                         f"torch.sum({v.name}, dim={dims}, keepdim={keepdim})", axes, exact=False,
+                         bound=v.bound * max(n, 1), perturb=("sum", v.name, tuple(dims), keepdim, n, None), pool=pool,
+                         squeezable=sq)
+
+    def _mul(self, a: Var, b: Var | float, *, pool: bool = False) -> Var:
+        if isinstance(b, float):
+            return self.emit(f"fd.ops.mul({a.name}, {b!r})", f"torch.mul({a.name}, {b!r})", a.axes, exact=False,
+                             bound=a.bound * abs(b), pool=pool, squeezable=a.squeezable)
+        (a, b), axes = self.align([a, b])
+        return self.emit(f"fd.ops.mul({a.name}, {b.name})", f"torch.mul({a.name}, {b.name})", axes, exact=False,
+                         bound=a.bound * b.bound, pool=pool)
+
+    def fam_norm_bwd(self) -> None:
+        """Normalisation backward as Thunder emits it (RMSNorm, LayerNorm): the sum along
+        each row of dy·w·x̂ broadcast back into the row's gradient, beside sums across the
+        rows of the same inputs (the weight's and the bias's gradients), with x̂ = x·rstd
+        from a per-row input: the fusions the inner-outer persistent scheduler takes (seed
+        001), at odd row lengths and counts."""
+        rng = self.rng
+        dt = rng.choice((torch.float32, torch.bfloat16, torch.bfloat16, torch.float16))
+
+        def layout() -> str:
+            return rng.choice(("contiguous", "contiguous", "contiguous", "rows", "permuted"))
+
+        axes = self.draw_axes(expand=0.08, bcast=0.04, labels=range(len(self.sizes)))  # (2 or 3 axes)
+        x = self.input_var(axes, dt, layout=layout())
+        dy = self.input_var(x.axes, dt, layout=layout())
+        rank = len(x.axes)
+        inner = [rank - 1] if rank == 2 or rng.random() < 0.75 else [rank - 2, rank - 1]
+        outer = [p for p in range(rank) if p not in inner]
+        if len(inner) > 1:
+            self.tags.add("norm_bwd_two_row_axes")
+        xf, gf = self.as_float(x), self.as_float(dy)
+        if rng.random() < 0.5:  # x̂ = x · rstd, one float per row
+            rstd = self.input_var(tuple(x.axes[p] for p in outer), torch.float32, layout="contiguous")
+            xf = self._mul(xf, self.positive(rstd))
+            self.tags.add("norm_bwd_rstd")
+        gw = gf
+        if rng.random() < 0.6:  # dy · w, the weight along the row
+            w = self.input_var(tuple(x.axes[p] for p in inner), dt, layout="contiguous")
+            gw = self._mul(gf, self.as_float(w))
+            self.tags.add("norm_bwd_weight")
+        dot = self._mul(gw, xf)
+        n = math.prod(self.shape(x.axes)[p] for p in inner)
+        keepdim = rng.random() < 0.5
+        s = self._sum(dot, inner, keepdim, pool=False)
+        sb = self.broadcast_back(s, dot, inner, keepdim)
+        t = self._mul(self._mul(xf, sb), 1.0 / max(n, 1))
+        (a, b), axes = self.align([gw, t])
+        self.emit(f"fd.ops.sub({a.name}, {b.name})", f"torch.sub({a.name}, {b.name})", axes, exact=False,
+                  bound=a.bound + b.bound)  # the row's gradient
+        if outer:
+            self._sum(self._mul(gf, xf), outer, False, pool=True)  # the weight's gradient
+            if rng.random() < 0.5:
+                self._sum(gf, outer, False, pool=True)  # the bias's gradient
+                self.tags.add("norm_bwd_bias")
+        self.tags.add("norm_bwd")
 
     # --- families: indexing ------------------------------------------------------------------------------
     def index_tensor(self, axes: tuple, n: int, *, unique: int | None = None) -> Var:

@@ -1517,8 +1517,9 @@ class FuzzResult:
     seconds: float = 0.0
 
 
-def fuzz_case(seed: int, index: int, **kw: Any) -> FuzzResult:
-    """Case `index` of gpu_fuzz's stream `seed`, its fusion simulated on CPU inputs. A case
+def fuzz_case(seed: int, index: int, family: str | None = None, **kw: Any) -> FuzzResult:
+    """Case `index` of gpu_fuzz's stream `seed` (of its mix, or all of one generator
+    `family`), its fusion simulated on CPU inputs. A case
     whose fusion does not execute at all (segmenting or the reference executor fails, as
     `fd.execute` would: the GPU fuzzer reports those) is "error"; one the generator cannot
     build is "skipped"."""
@@ -1529,7 +1530,7 @@ def fuzz_case(seed: int, index: int, **kw: Any) -> FuzzResult:
     t0 = time.perf_counter()
     ns = {"torch": torch, "DataType": DataType, "FusionDefinition": FusionDefinition}
     try:
-        case = gpu_fuzz.generate(seed, index)
+        case = gpu_fuzz.generate(seed, index, family)
         exec(case.fd_source(), ns)  # noqa: S102
         inputs = gpu_fuzz.build_inputs(case, "cpu")
     except Exception as err:  # noqa: BLE001
@@ -1539,13 +1540,15 @@ def fuzz_case(seed: int, index: int, **kw: Any) -> FuzzResult:
     return FuzzResult(seed, index, status, report, report.error, time.perf_counter() - t0)
 
 
-def sim_repro(seed: int, index: int, report: SimReport | None = None) -> str:
-    """A self-contained script that simulates fuzz case (seed, index): gpu_fuzz's repro (the
-    fd program, its inputs, the eager twin) up to its execution, then `simulate_fusion`."""
+def sim_repro(seed: int, index: int, report: SimReport | None = None, family: str | None = None) -> str:
+    """A self-contained script that simulates fuzz case (seed, index) (of `family`, or of
+    the mix): gpu_fuzz's repro (the fd program, its inputs, the eager twin) up to its
+    execution, then `simulate_fusion`."""
     import gpu_fuzz
 
-    case = gpu_fuzz.generate(seed, index)
-    failure = f"simulated: python tests/kernel_sim.py --seed {seed} --start {index} --cases 1\n"
+    case = gpu_fuzz.generate(seed, index, family)
+    also = f" --family {family}" if family else ""
+    failure = f"simulated: python tests/kernel_sim.py --seed {seed} --start {index} --cases 1{also}\n"
     failure += str(report) if report is not None else ""
     text = case.repro("cpu", failure)
     cut = text.find("\ngot = ")
@@ -1588,17 +1591,18 @@ class FuzzSummary:
 
 
 def fuzz(n: int, seed: int, start: int = 0, *, progress: Callable[[FuzzResult], None] | None = None,
-         exclude: tuple[str, ...] = (), **kw: Any) -> FuzzSummary:
-    """Cases start .. start + n - 1 of stream `seed`, simulated (kw: simulate_fusion's),
-    but those of the generator families in `exclude` (left out, not counted). Odd cases
-    launch grid-strided kernels on at most 3 resident blocks (their blocks then loop)."""
+         exclude: tuple[str, ...] = (), family: str | None = None, **kw: Any) -> FuzzSummary:
+    """Cases start .. start + n - 1 of stream `seed` (all of one generator `family`, or of
+    the mix but those of the families in `exclude`: left out, not counted), simulated (kw:
+    simulate_fusion's). Odd cases launch grid-strided kernels on at most 3 resident blocks
+    (their blocks then loop)."""
     import gpu_fuzz
 
     out = FuzzSummary()
     for i in range(start, start + n):
-        if exclude and gpu_fuzz.case_family(seed, i) in exclude:
+        if exclude and family is None and gpu_fuzz.case_family(seed, i) in exclude:
             continue
-        r = fuzz_case(seed, i, resident=3 if i % 2 else None, **kw)
+        r = fuzz_case(seed, i, family, resident=3 if i % 2 else None, **kw)
         out.results.append(r)
         if progress is not None:
             progress(r)
@@ -1614,6 +1618,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--max-threads", type=int, default=1_000_000, help="skip kernels of more threads")
     p.add_argument("--budget", type=float, default=4e9, help="skip kernels past this many statement-steps "
                    "(a statement costs its threads + 20000)")
+    p.add_argument("--family", default=None, help="every case of this gpu_fuzz generator family (default: "
+                   "the mix)")
     p.add_argument("--files", nargs="*", default=[], help="nvFuser-style repro files to simulate instead")
     p.add_argument("--out", default=None, help="write each failure's repro script into this directory")
     p.add_argument("--fuzzer", default=None, help="import gpu_fuzz from this directory (a snapshot)")
@@ -1635,7 +1641,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     def progress(r: FuzzResult) -> None:
         if r.status in ("fault", "mismatch", "unsupported", "error"):
             print(f"--- seed={r.seed} index={r.index}: {r.status}\n{r.report}", flush=True)
-            text = sim_repro(r.seed, r.index, r.report)
+            text = sim_repro(r.seed, r.index, r.report, a.family)
             if a.out:
                 os.makedirs(a.out, exist_ok=True)
                 with open(os.path.join(a.out, f"sim_{r.seed}_{r.index}.py"), "w") as f:
@@ -1645,7 +1651,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif a.verbose:
             print(f"seed={r.seed} index={r.index}: {r.status} ({r.seconds:.1f} s)", flush=True)
 
-    s = fuzz(a.cases, a.seed, a.start, progress=progress, max_threads=a.max_threads, budget=a.budget)
+    s = fuzz(a.cases, a.seed, a.start, progress=progress, family=a.family, max_threads=a.max_threads,
+             budget=a.budget)
     print(f"{s.segments('ok')} kernels simulated ok, {s.segments('not lowerable')} not lowerable, "
           f"{s.segments('skipped')} skipped segments, {s.count('error')} cases whose fusion does not execute "
           f"(errors, among the skipped); {time.perf_counter() - t0:.0f} s", flush=True)
