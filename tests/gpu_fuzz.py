@@ -166,8 +166,8 @@ TWIN_DT = {
 #: (classic: the original op mix; the others: see the `fam_*` methods of _Gen). A new
 #: family takes its share from the end of classic's interval, so that every other case of
 #: a seed's mix stays what it was
-FAMILY_WEIGHTS = {"classic": 33, "norm_bwd": 5, "reshape": 10, "resize": 10, "layout": 8, "reduce_view": 10, "index": 10,
-                  "rotary": 4, "dropout": 5, "big": 5}
+FAMILY_WEIGHTS = {"classic": 33, "norm_bwd": 5, "reshape": 10, "resize": 10, "layout": 8, "reduce_view": 10,
+                  "index": 10, "rotary": 4, "dropout": 5, "big": 5}
 FAMILIES = tuple(FAMILY_WEIGHTS)
 #: odd extents the families mean to reach
 ODD_EXTENTS = (1, 3, 7, 33, 127, 129, 1025, 4097)
@@ -2303,6 +2303,7 @@ class _Gen:
                          squeezable=sq)
 
     def _mul(self, a: Var, b: Var | float, *, pool: bool = False) -> Var:
+        """a · b of float32 values (b a tensor broadcast to a's axes, or a number)."""
         if isinstance(b, float):
             return self.emit(f"fd.ops.mul({a.name}, {b!r})", f"torch.mul({a.name}, {b!r})", a.axes, exact=False,
                              bound=a.bound * abs(b), pool=pool, squeezable=a.squeezable)
