@@ -87,6 +87,8 @@ def test_pointwise_stream_loads_evict_only_inputs_read_once(switches):
     ptx = ptx_of(src)
     assert "ld.global.cs.v4.u32" in ptx and "st.global.cs" not in ptx
     assert compile_all([src])[:4] == b"\x7fELF"
+    # RoPE reads its input twice (each element and its rotation partner): plain loads
+    assert "load_vec_stream" not in _bench_code("rope_fwd_bf16", (1, 32, 8192, 128))
 
 
 @pytest.mark.nvcc

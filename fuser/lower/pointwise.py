@@ -7,6 +7,7 @@ each tensor from it.
 """
 from __future__ import annotations
 
+import collections
 import sys
 
 from fuser.ir import CatOp, DataType, Fusion, IterDomain, PadOp, ParallelType, ReshapeOp, SliceOp, TensorView, Val
@@ -53,8 +54,8 @@ from .values import scalar, tensor_value
 #: plain / evict-first: [16384, 8192] 177.2 / 177.1, [4096, 4096] 23.9 / 23.6, [1024,
 #: 1024] 5.2 / 5.2: level, so off
 POINTWISE_STREAM_STORES = False
-#: ... and loads evict-first (ld.global.cs) the inputs whose every element it reads once (as
-#: many unbroadcast axes as the reference: no weight read again by every row), as
+#: ... and loads evict-first (ld.global.cs) the inputs whose every element it reads once
+#: (spanning the reference, one load each: no weight read again by every row), as
 #: nvFuser's pointwise kernel for GELU does (its generated code). `bench --sweep
 #: pointwise_stream_loads*`, H100, GELU bf16 µs plain / evict-first: after the producer
 #: 177.2 / 178.8, 23.6 / 23.2, 5.2 / 5.2; loop-timed 176.8 / 179.9, 23.7 / 24.3, 2.6 / 2.5: off
@@ -76,7 +77,7 @@ class PointwiseLowering:
         self.index_type = index_type
         self.name = name
         self.params = ParamTable(fusion.inputs, index_type)
-        sub = sub if sub is not None else FusionAnalysis(fusion).whole()
+        self.sub = sub = sub if sub is not None else FusionAnalysis(fusion).whole()
         self.index = TensorIndexer(fusion, ref, sub, self.params)
         self.lookups = Lookups(fusion, self.index, self.params)
         self.lanes = 1
@@ -154,12 +155,11 @@ class PointwiseLowering:
         return self.lookups.finish(Kernel(self.name, self.params.params, body, self.index_type, threads=threads,
                                           grid_extent=grid_extent, grid_extent_y=grid_extent_y))
 
-    def _read_once(self, tv: TensorView) -> bool:
-        """Whether the kernel reads each element of input `tv` once: no broadcast axis, and
-        as many axes as the reference has unbroadcast ones."""
-        axes = [a for a in tv.domain.logical if not a.is_reduction]
-        return (tv in self.fusion.inputs and not any(a.is_broadcast for a in axes)
-                and len(axes) == sum(1 for a in self.ref.domain.logical if not (a.is_broadcast or a.is_reduction)))
+    def _read_once(self, graph: "_ValueGraph") -> set[TensorView]:
+        """The inputs whose every element the kernel reads once: those spanning the
+        reference that one load reads (not also at another index, as a rotation's halves)."""
+        loads = collections.Counter(n.tv for n in graph.order if n.kind == "load")
+        return {tv for tv, k in loads.items() if k == 1 and tv in self.fusion.inputs and self.sub.spans(tv, self.ref)}
 
     def _stages(self, loop_index: Indices, at_lane0: Indices, size: int, ri: Expr, base: Expr | None, *,
                 per_stage: bool, unroll: tuple[Var, Expr] | None = None) -> list[Stmt]:
@@ -195,6 +195,7 @@ class PointwiseLowering:
             return lanes > 1 and n.tv.name in self.vector_tensors and index.lanes_contiguous(n.tv, n.amap, idx_v,
                                                                                              _LANE)
 
+        streamed = self._read_once(graph) if POINTWISE_STREAM_LOADS else set()
         shared = _exclusive_pairs([n for n in graph.order if n.kind == "load" and vector(n)],
                                   {n: substitute(g, lane0) for n, g in guards.items()})
         for n in graph.order:
@@ -235,7 +236,7 @@ class PointwiseLowering:
             if vector(n):
                 vec = VecLoad(tv.dtype, lanes, at(n.reg.base),
                               AddressOf(Element(ptr, index.offset(tv, idx_0, at_lane0(n.amap)))),
-                              stream=POINTWISE_STREAM_LOADS and self._read_once(tv))
+                              stream=tv in streamed)
                 if guard is None:
                     loads.append(vec)
                 else:  # a pad's or cat's boundary is a multiple of the width: lane 0 decides

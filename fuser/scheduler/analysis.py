@@ -328,6 +328,11 @@ class SubFusion:
         ids = self.a.concrete_ids(tv) if concrete else self.a.logical_ids(tv)
         return [find(i) for i in ids]
 
+    def spans(self, tv: TensorView, ref: TensorView) -> bool:
+        """Whether `tv` has an axis in each of the classes of `ref`'s concrete axes: one of
+        its elements for each of ref's (not a weight repeated along some axis of ref)."""
+        return set(self.classes_of(ref)) <= set(self.classes_of(tv))
+
     def tensors(self) -> list[TensorView]:
         return self.inputs + self.produced
 

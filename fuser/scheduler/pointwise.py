@@ -142,12 +142,11 @@ def _row_bytes(sub: SubFusion, ref: TensorView, bp: int) -> tuple[int, int]:
     """(bytes per element of the inputs that vary only along the axes from `bp` on, of the
     inputs and outputs that span every axis of the reference)."""
     find, id_of = sub.uf.find, sub.a.id_of
-    classes = set(sub.classes_of(ref))
     inner = {find(id_of(r)) for r in ref.logical_no_reductions()[bp:] if not r.is_broadcast}
     along = spanning = 0
     for tv in sub.inputs + sub.outputs:
         have = set(sub.classes_of(tv))
-        if classes <= have:
+        if sub.spans(tv, ref):
             spanning += tv.dtype.itemsize
         elif tv in sub.inputs and have and have <= inner:
             along += tv.dtype.itemsize
