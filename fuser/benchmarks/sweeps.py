@@ -9,7 +9,7 @@ heuristics that read the constant run once per signature)."""
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
 import torch
@@ -40,6 +40,13 @@ class Sweep:
         return getattr(importlib.import_module(self.module), self.constant)
 
 
+def _timed_both(sweep: Sweep) -> tuple[Sweep, Sweep]:
+    """`sweep` over rotating inputs, and as NAME_after_producer timed right after a copy
+    rewrites its largest input."""
+    return sweep, replace(sweep, name=f"{sweep.name}_after_producer", after_producer=True,
+                          about=f"{sweep.about}, each call right after its input's producer")
+
+
 #: row lengths around the persistent kernels' thresholds, from one row per block to many
 NORM_SHAPES = ((16384, 4096), (8192, 8192), (2048, 16384), (16384, 1024), (65536, 1024))
 
@@ -68,27 +75,19 @@ SWEEPS: tuple[Sweep, ...] = (
           "blocks per SM an outer reduction's grid aims for (sharing rows, or narrow blocks)"),
     # the anchors' outer sum (fp32 [16384, 8192]) ran at 96.6% of copy on an H200 where
     # nvFuser reached 100.8 (97.0 against 98.8 on an H100)
-    *(Sweep(f"outer_blocks_per_sm_fp32{t}", "fuser.scheduler.reduction", "OUTER_BLOCKS_PER_SM", (2, 3, 4, 8),
-            "sum_outer_fp32", ((16384, 8192), (65536, 1024), (2048, 16384)),
-            "the same over float32 rows" + (", each call right after its input's producer" if t else ""),
-            after_producer=bool(t))
-      for t in ("", "_after_producer")),
-    *(Sweep(f"outer_bdx_fp32{t}", "fuser.scheduler.reduction", "OUTER_BDX", (16, 32, 64),
-            "sum_outer_fp32", ((16384, 8192), (65536, 1024), (2048, 16384)),
-            "threads across the columns of an outer reduction's block" +
-            (", each call right after its input's producer" if t else ""), after_producer=bool(t))
-      for t in ("", "_after_producer")),
+    *_timed_both(Sweep("outer_blocks_per_sm_fp32", "fuser.scheduler.reduction", "OUTER_BLOCKS_PER_SM", (2, 3, 4, 8),
+                      "sum_outer_fp32", ((16384, 8192), (65536, 1024), (2048, 16384)), "the same over float32 rows")),
+    *_timed_both(Sweep("outer_bdx_fp32", "fuser.scheduler.reduction", "OUTER_BDX", (16, 32, 64), "sum_outer_fp32",
+                      ((16384, 8192), (65536, 1024), (2048, 16384)),
+                      "threads across the columns of an outer reduction's block")),
     # ... and the bytes an SM has in flight: rows a thread loads per step, threads a block
-    *(Sweep(f"outer_rows_unroll_{f}{t}", "fuser.scheduler.reduction", "OUTER_ROWS_UNROLL", (2, 4, 8), f,
-            ((16384, 8192), (65536, 1024), (2048, 16384), (16384, 4096)),
-            "rows an outer reduction's thread loads per step" + (", each call right after its input's producer"
-                                                                 if t else ""), after_producer=bool(t))
-      for f in ("sum_outer_fp32", "sum_outer_bf16") for t in ("", "_after_producer")),
-    *(Sweep(f"outer_block_threads_fp32{t}", "fuser.scheduler.reduction", "OUTER_BLOCK_THREADS", (256, 512, 1024),
-            "sum_outer_fp32", ((16384, 8192), (65536, 1024), (2048, 16384), (16384, 4096)),
-            "threads of an outer reduction's block" + (", each call right after its input's producer" if t else ""),
-            after_producer=bool(t))
-      for t in ("", "_after_producer")),
+    *(s for f in ("sum_outer_fp32", "sum_outer_bf16") for s in _timed_both(
+        Sweep(f"outer_rows_unroll_{f}", "fuser.scheduler.reduction", "OUTER_ROWS_UNROLL", (2, 4, 8), f,
+              ((16384, 8192), (65536, 1024), (2048, 16384), (16384, 4096)),
+              "rows an outer reduction's thread loads per step"))),
+    *_timed_both(Sweep("outer_block_threads_fp32", "fuser.scheduler.reduction", "OUTER_BLOCK_THREADS",
+                      (256, 512, 1024), "sum_outer_fp32", ((16384, 8192), (65536, 1024), (2048, 16384), (16384, 4096)),
+                      "threads of an outer reduction's block")),
     Sweep("outer_blocks_per_sm_wide_fp32_after_producer", "fuser.scheduler.reduction", "OUTER_BLOCKS_PER_SM",
           (1, 2, 3), "sum_outer_fp32", ((16384, 8192), (65536, 1024), (2048, 16384), (16384, 4096)),
           "blocks per SM of 1024 threads loading 8 rows a step (nvFuser's outer plan: one such block an SM)",
@@ -124,19 +123,15 @@ SWEEPS: tuple[Sweep, ...] = (
             ("plain", "streaming", "stores", "loads"), f, NORM_SHAPES, "the same (or only loaded evict-first, "
             "as nvFuser's are), each call right after its input's producer", after_producer=True)
       for f in ("rmsnorm_fwd_bf16", "layernorm_fwd_bf16", "softmax_fwd_bf16")),
-    Sweep("pointwise_stream_stores", "fuser.lower.pointwise", "POINTWISE_STREAM_STORES", (False, True),
-          "gelu_tanh_bf16", GELU_SHAPES, "a pointwise kernel's vector stores plain or evict-first (st.global.cs)"),
-    Sweep("pointwise_stream_stores_after_producer", "fuser.lower.pointwise", "POINTWISE_STREAM_STORES",
-          (False, True), "gelu_tanh_bf16", GELU_SHAPES, "the same, each call right after its input's producer",
-          after_producer=True),
-    *(Sweep(f"pointwise_stream_loads{t}", "fuser.lower.pointwise", "POINTWISE_STREAM_LOADS", (False, True),
-            "gelu_tanh_bf16", GELU_SHAPES, "a pointwise kernel's inputs read once loaded plainly or evict-first "
-            "(ld.global.cs)" + (", each call right after its input's producer" if t else ""), after_producer=bool(t))
-      for t in ("", "_after_producer")),
-    *(Sweep(f"pointwise_big_block{t}", "fuser.scheduler.pointwise", "BIG_BLOCK", (128, 256, 512),
-            "gelu_tanh_bf16", GELU_SHAPES, "threads of a pointwise block once there are several waves of blocks"
-            + (", each call right after its input's producer" if t else ""), after_producer=bool(t))
-      for t in ("", "_after_producer")),
+    *_timed_both(Sweep("pointwise_stream_stores", "fuser.lower.pointwise", "POINTWISE_STREAM_STORES", (False, True),
+                      "gelu_tanh_bf16", GELU_SHAPES,
+                      "a pointwise kernel's vector stores plain or evict-first (st.global.cs)")),
+    *_timed_both(Sweep("pointwise_stream_loads", "fuser.lower.pointwise", "POINTWISE_STREAM_LOADS", (False, True),
+                      "gelu_tanh_bf16", GELU_SHAPES,
+                      "a pointwise kernel's inputs read once loaded plainly or evict-first (ld.global.cs)")),
+    *_timed_both(Sweep("pointwise_big_block", "fuser.scheduler.pointwise", "BIG_BLOCK", (128, 256, 512),
+                      "gelu_tanh_bf16", GELU_SHAPES,
+                      "threads of a pointwise block once there are several waves of blocks")),
     *(Sweep(f"persistent_block_threads_{f}", "fuser.scheduler.normalization", "PERSISTENT_BLOCK_THREADS",
             (128, 256, 512), f, NORM_SHAPES, "threads of an inner-persistent block (short rows share one)")
       for f in ("rmsnorm_fwd_bf16", "layernorm_fwd_bf16", "softmax_fwd_bf16")),
