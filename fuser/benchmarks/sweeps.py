@@ -96,6 +96,12 @@ SWEEPS: tuple[Sweep, ...] = (
     Sweep("few_rows_elements", "fuser.scheduler.reduction", "FEW_ROWS_ELEMENTS", (4, 8, 16, 32),
           "softmax_fwd_bf16", ((32, 1000), (64, 1000), (128, 1000), (132, 2048), (64, 4096), (128, 8192)),
           "elements of its row a thread holds where rows are too few to give every SM a block"),
+    # the full bench (H100, 2026-12-06): sum fp32 [2048, 16384] took 50.6 µs (87.5% of copy)
+    # with 512 threads a row, two blocks an SM, where torch.compile took 44.2; bf16 rows of
+    # the same bytes, 256 threads and five blocks an SM, reach 97.5%
+    *_timed_both(Sweep("inner_max_bdx_sum_inner_fp32", "fuser.scheduler.reduction", "MAX_BDX", (128, 256, 512),
+                       "sum_inner_fp32", ((2048, 16384), (1024, 32768), (4096, 16384), (512, 65536), (16384, 8192)),
+                       "most threads along the row of an inner reduction (longer rows take serial steps)")),
     *(Sweep(f"persistent_row_loop_{f}", "fuser.scheduler.normalization", "PERSISTENT_ROW_LOOP",
             ("never", "weights", "always"), f, NORM_SHAPES,
             "inner-persistent blocks take rows in turn (a grid of resident blocks): never, where a weight "
