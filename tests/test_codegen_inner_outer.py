@@ -204,20 +204,20 @@ def test_narrow_rows_are_staged_through_dynamic_shared_memory(monkeypatch):
     assert compile_all([src, big])[:4] == b"\x7fELF"
     # fp32 rows (loaded ahead into registers instead), and stages past the budget, are not
     assert "cp_async" not in _code("layer", 16384, 1024, torch.float32)
-    import fuser.lower.row_loop as rl
+    import fuser.scheduler.normalization as plan
 
-    monkeypatch.setattr(rl, "STAGE_MAX_BYTES", 64 * 1024)  # as many inputs as fit
+    monkeypatch.setattr(plan, "STAGE_MAX_BYTES", 64 * 1024)  # as many inputs as fit
     src = _code("layer", 16384, 4096, torch.bfloat16)
     assert "stage_r0" in src and "stage_r1" not in src
-    monkeypatch.setattr(rl, "STAGE_MAX_BYTES", 32 * 1024)
+    monkeypatch.setattr(plan, "STAGE_MAX_BYTES", 32 * 1024)
     src = _code("layer", 16384, 4096, torch.bfloat16)
     assert "cp_async" not in src and "fuser_dynamic_smem" not in src
 
 def test_rows_left_out_of_the_stages_are_loaded_once_and_kept_in_registers(monkeypatch):
-    import fuser.lower.row_loop as rl
+    import fuser.scheduler.normalization as plan
 
     # room for one of the two bf16 rows' stages only
-    monkeypatch.setattr(rl, "STAGE_MAX_BYTES", 64 * 1024)
+    monkeypatch.setattr(plan, "STAGE_MAX_BYTES", 64 * 1024)
     src = _code("layer", 16384, 4096, torch.bfloat16)
     assert "stage_r0" in src and "stage_r1" not in src
     # the staged row is read from shared memory in each pass, the other loaded from global
@@ -294,6 +294,61 @@ def test_fewer_row_groups_than_sms_run_as_separate_kernels(switches, name):
     assert report.ok and report.status == "ok", str(report)
     switches(N, INNER_OUTER_FEW_ROWS_APART=False)
     assert kernels((128, 1000)) == (1, True)
+
+
+def test_rows_too_long_for_registers_run_as_one_kernel_from_shared_memory_stages(switches):
+    """normalization.INNER_OUTER_STAGED_FIT: RMSNorm backward over bf16 rows of 16384,
+    whose inputs, weight and column accumulators overflow the registers' half of the
+    register file, runs with the switch on as one inner-outer kernel that holds the rows in
+    two shared-memory stages and the rest in registers, and simulates to the reference.
+    Off, or with rows too long for the stages, or with no row narrower than 4 bytes to
+    stage (fp32), separate kernels."""
+    from kernel_sim import simulate_fusion
+
+    import fuser.benchmarks.fusions as F
+    from fuser.scheduler import normalization as N
+
+    f = F.by_name("rmsnorm_bwd_bf16")
+
+    def code(shape, fusion=f):
+        return fusion.fusion_definition().cuda_code_for([x.to("meta") for x in fusion.make_inputs("cpu", shape)])
+
+    switches(N, INNER_OUTER_STAGED_FIT=False)
+    off = code((136, 16384))
+    assert off.count("__global__") == 2 and "fuser_inner_outer" not in off
+    switches(N, INNER_OUTER_STAGED_FIT=True)
+    on = code((136, 16384))
+    assert on.count("__global__") == 1 and "__launch_bounds__(512) fuser_inner_outer" in on
+    # x and grad in two stages of a row each: 2 x 512 threads x 32 elements x 2 bytes
+    assert "stage_r1 = reinterpret_cast<__bfloat*>(fuser_dynamic_smem + 65536);" in on
+    assert compile_all([on])[:4] == b"\x7fELF"
+    # past the stages' 128 KiB, rows of odd length (2-byte vectors, which cp.async does not
+    # copy), and fp32 rows: separate kernels
+    assert code((136, 32768)).count("__global__") >= 2
+    assert code((136, 16383)).count("__global__") >= 2
+    assert code((136, 14338)).count("__global__") >= 2  # (2-element vectors: 1024-thread blocks)
+    assert code((136, 16384), F.by_name("rmsnorm_bwd_fp32")).count("__global__") >= 2
+    # simulated over few rows (the plan is the same; the few-rows rule would split them)
+    switches(N, INNER_OUTER_FEW_ROWS_APART=False)
+    torch.manual_seed(11)
+    xs = f.make_inputs("cpu", (7, 16384))
+    assert "stage_r1" in code((7, 16384))
+    report = simulate_fusion(f.fusion_definition(), xs, resident=3)
+    assert report.ok and report.status == "ok", str(report)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(2048, 16384), (333, 16000), (140, 14336)], ids=str)
+def test_rows_held_in_shared_memory_stages_match_eager_on_the_gpu(switches, poisoned_kernel_outputs, shape):
+    pytest.importorskip("pycuda")
+    from test_row_loop import bench_case_on_gpu
+
+    from fuser.scheduler import normalization as N
+
+    switches(N, INNER_OUTER_STAGED_FIT=True)
+    fd = bench_case_on_gpu("rmsnorm_bwd_bf16", shape, seed=17)
+    src = fd.last_cuda_code()
+    assert "fuser_inner_outer" in src and "stage_r1" in src and src.count("__global__") == 1
 
 
 @pytest.mark.gpu

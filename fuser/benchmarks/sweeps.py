@@ -194,14 +194,19 @@ SWEEPS: tuple[Sweep, ...] = (
       for f, shapes in (("seed001_rmsnorm_bwd_bf16", (SEED001_SHAPE,)),
                         ("layernorm_bwd_bf16", ((2048, 1000), (1024, 2048))),
                         ("rmsnorm_bwd_fp32", ((16384, 4096), (2048, 4096))))),
-    Sweep("seed001_stages", "fuser.lower.row_loop", "STAGES", (2, 3, 4), "seed001_rmsnorm_bwd_bf16",
+    Sweep("seed001_stages", "fuser.scheduler.normalization", "STAGES", (2, 3, 4), "seed001_rmsnorm_bwd_bf16",
           (SEED001_SHAPE,), "groups of rows in shared memory at once (one being reduced, the rest in flight)"),
+    *(Sweep(f"inner_outer_staged_fit_{f}", "fuser.scheduler.normalization", "INNER_OUTER_STAGED_FIT", (False, True),
+            f, ((2048, 16384), (4096, 16384), (8192, 16384), (2048, 12288), (16384, 4096)),
+            "rows too long for registers whole run as one inner-outer kernel holding them in shared memory "
+            "stages (or as a reduction across rows beside an inner-persistent kernel)")
+      for f in ("rmsnorm_bwd_bf16", "layernorm_bwd_bf16")),
     Sweep("seed001_stage_rows", "fuser.lower.inner_outer", "STAGE_ROWS", ("narrow", "none", "all"),
           "seed001_rmsnorm_bwd_bf16", (SEED001_SHAPE,),
           "which inner-outer rows are copied ahead into shared memory (cp.async)"),
     # backward norms on an H200 run at 80% of copy where nvFuser reaches 86% (anchors, RMSNorm
     # bf16 [16384, 4096]) with the H100's plan: 512 threads, one block an SM, two 64 KB stages
-    *(Sweep(f"inner_outer_stages_{f}", "fuser.lower.row_loop", "STAGES", (2, 3), f,
+    *(Sweep(f"inner_outer_stages_{f}", "fuser.scheduler.normalization", "STAGES", (2, 3), f,
             ((16384, 4096), (8192, 8192), (2048, 16384)),
             "groups of rows an inner-outer kernel holds in shared memory at once (one reduced, the rest in flight)")
       for f in ("rmsnorm_bwd_bf16", "layernorm_bwd_bf16")),

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 
 from fuser.ir import DataType, Fusion, ParallelType, TensorView
+from fuser.scheduler import normalization as plan
 from fuser.scheduler.analysis import SubFusion
 from fuser.scheduler.reduction import ReductionParams
 from fuser.scheduler.runtime_info import DeviceLimits
@@ -30,11 +31,6 @@ from .reduction import ReductionLowering, _tid
 #: [8192, 8192] 75.7 / 126.9 / 78.6, [2048, 16384] 62.7 / 78.2 / 41.0; RMSNorm bf16 73.9 /
 #: 82.1 / 75.8, 74.4 / 88.8 / 74.7, 37.8 / 64.2 / 38.6 (registers spill at 8 blocks per SM)
 ROW_LOOP_LOADS = "direct"
-#: the dynamic shared memory row stages (cp.async, see RowLoopLowering._staged) may take
-#: at most, the device's per-block limit permitting
-STAGE_MAX_BYTES = 128 * 1024
-#: shared memory left beside the stages for the block reductions' static scratch
-STATIC_SMEM_RESERVE = 16 * 1024
 #: read the staged rows from shared memory in every pass over them, a vector just before
 #: its use, instead of holding whole rows in registers across the block reductions. On an
 #: H100, bf16 [16384, 4096] (with the partials combined through the stages, see
@@ -42,9 +38,8 @@ STATIC_SMEM_RESERVE = 16 * 1024
 #: 149.1 -> 145.1 us (123 -> 85 registers). Reading back whole rows after the reductions
 #: instead measured slower (286-1466 us: the compiler spills).
 REREAD_STAGED = True
-#: groups of rows in shared memory at once: the current one and STAGES - 1 in flight
-#: (three or four stages measured no faster than two above)
-STAGES = 2
+#: (how many groups of rows the stages hold, and the shared memory they may take, are the
+#: plan's: scheduler.normalization.STAGES, stage_budget)
 
 
 class RowLoopLowering(ReductionLowering):
@@ -173,7 +168,7 @@ class RowLoopLowering(ReductionLowering):
     def _staged(self, before: list, rows: list, varying: set[str], row_of) -> tuple[list, list] | None:
         """(statements before the row loop, the loop's body) where the rows' vector loads go
         through shared memory: each group of rows is copied asynchronously (cp.async) one
-        iteration ahead into one of STAGES stages, while the block reduces and writes the
+        iteration ahead into one of `plan.STAGES` stages, while the block reduces and writes the
         current rows; a thread reads back only what it copied, so no barrier is needed.
         Unlike loading ahead into registers this costs no registers. None where the stages
         would not fit in the dynamic shared memory budget, or nothing is vector-loaded."""
@@ -199,10 +194,10 @@ class RowLoopLowering(ReductionLowering):
                        if not i.is_broadcast and find(id_of(i)) in self._row_classes)
 
         limits = self.sub.a.info.device_limits if self.sub.a.info is not None else DeviceLimits.target()
-        budget = min(STAGE_MAX_BYTES, limits.smem_per_block - STATIC_SMEM_RESERVE)
+        budget = plan.stage_budget(limits)
         for name in sorted(stages, key=row_axes, reverse=True):
             _, dt, per, _ = stages[name]
-            nbytes = STAGES * threads * per * dt.itemsize
+            nbytes = plan.STAGES * threads * per * dt.itemsize
             if nbytes > budget:
                 del stages[name]
             else:
@@ -216,8 +211,8 @@ class RowLoopLowering(ReductionLowering):
         loads = [x for x in rows if is_load(x)]
         offset = self._dynamic_smem
         for buf, dt, per, _ in stages.values():
-            self._decl(buf, dt, STAGES * threads * per, space=kir.MemoryType.Shared, offset=offset)
-            offset += -(-STAGES * threads * per * dt.itemsize // 16) * 16
+            self._decl(buf, dt, plan.STAGES * threads * per, space=kir.MemoryType.Shared, offset=offset)
+            offset += -(-plan.STAGES * threads * per * dt.itemsize // 16) * 16
         self._dynamic_smem = offset
 
         def slot(name: str, at: kir.Expr, stage: kir.Expr) -> kir.Expr:
@@ -240,7 +235,7 @@ class RowLoopLowering(ReductionLowering):
             return None if issue else x
 
         it = Var("it")
-        k = STAGES
+        k = plan.STAGES
         pre = list(before)
         reread = REREAD_STAGED and self._reread(rows, loads, set(stages), lambda x: rewrite(x, False, it % k))
         if reread:

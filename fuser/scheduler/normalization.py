@@ -9,7 +9,7 @@ from fuser.options import disabled
 
 from . import reduction
 from .analysis import RESHAPE, SubFusion
-from .runtime_info import PERSISTENT_REGISTER_FRACTION
+from .runtime_info import PERSISTENT_REGISTER_FRACTION, DeviceLimits
 
 
 def _common(sub: SubFusion) -> str | None:
@@ -124,14 +124,31 @@ def inner_outer_reason(sub: SubFusion) -> str | None:
     # float accumulator per outer reduction
     held = row_held_bytes(sub, cols, len(outer))
     n = geo.n_red
-    if held * n > register_budget(sub):
-        return (f"a row of {n} elements takes {held * n} bytes of registers (inputs and column accumulators), "
-                f"more than the {register_budget(sub)} bytes registers hold")
-    if INNER_OUTER_FEW_ROWS_APART:
+    budget = register_budget(sub)
+    width = reduction.vectors(sub, geo)[1]
+    staged = staged_row_bytes(sub, cols, rows, width) if held * n > budget and INNER_OUTER_STAGED_FIT else 0
+    if (held - staged) * n > budget:
+        return (f"a row of {n} elements takes {(held - staged) * n} bytes of registers (inputs and column "
+                f"accumulators{', beside the rows staged in shared memory' if staged else ''}), more than the "
+                f"{budget} bytes registers hold")
+    p = None
+    if staged or INNER_OUTER_FEW_ROWS_APART:
         try:
-            groups = -(-geo.n_iter // inner_outer_heuristics(sub, geo, reduction.vectors(sub, geo)[1]).bdy)
+            p = inner_outer_heuristics(sub, geo, width)
         except ValueError as err:
             return str(err)
+    if staged and p.bdx * p.bdy > INNER_OUTER_BLOCK_THREADS:
+        # (1024 threads have 64 registers each: a row of 2-byte vectors, 14338 elements,
+        # spilled 164 bytes a thread there)
+        return (f"a row of {n} elements takes more registers than the {budget} bytes they hold, and its blocks of "
+                f"{p.bdx * p.bdy} threads too few registers a thread to hold the rest beside staged rows")
+    # (the stages hold each thread's whole tile: vectors past the row's end included)
+    if staged and STAGES * p.bdy * p.bdx * p.unroll * p.vectorize * staged > stage_budget(sub.a.info.device_limits):
+        return (f"a row of {n} elements takes more registers than the {budget} bytes they hold, and its "
+                f"{p.bdy} x {STAGES} staged rows more than the {stage_budget(sub.a.info.device_limits)} bytes "
+                f"of shared memory the stages may take")
+    if INNER_OUTER_FEW_ROWS_APART:
+        groups = -(-geo.n_iter // p.bdy)
         sms = sub.a.info.device_limits.sm_count
         if groups < sms:
             return (f"{geo.n_iter} rows make {groups} groups of a block's rows, fewer than the {sms} SMs "
@@ -525,6 +542,41 @@ INNER_OUTER_KEEP_REGISTERS = 48
 #: dropped); RMSNorm backward [16384, 1024] 41.3 / 41.4 / 44.6
 INNER_OUTER_SM_THREADS = 768
 INNER_OUTER_SPILL_MAX = 32
+#: groups of rows a row loop holds in shared memory at once (lower.row_loop stages them
+#: through cp.async): the current one and STAGES - 1 in flight (three or four stages
+#: measured no faster than two with the rows read back from the stages, REREAD_STAGED)
+STAGES = 2
+#: the dynamic shared memory those stages may take at most, the device's per-block limit
+#: permitting, and what is left beside them for the block reductions' static scratch
+STAGE_MAX_BYTES = 128 * 1024
+STATIC_SMEM_RESERVE = 16 * 1024
+#: an inner-outer kernel stages its row inputs in shared memory where one holds values
+#: narrower than 4 bytes (lower.inner_outer.STAGE_ROWS) and reads them back a vector at a
+#: time in each pass (REREAD_STAGED): its registers hold only the rest of a row, the
+#: weights and the column accumulators. Counting only those, rows too long to hold whole
+#: in registers (RMSNorm and LayerNorm backward bf16 rows of 16384: a thread's share is
+#: that of rows of 4096 in blocks of four rows) run as one kernel instead of a reduction
+#: across rows beside an inner-persistent kernel, both reading every row (H100 bench, bf16
+#: [2048, 16384]: 118 us, 56% of copy). Off until measured: `bench --sweep
+#: inner_outer_staged_fit_*`.
+INNER_OUTER_STAGED_FIT = False
+
+
+def stage_budget(limits: DeviceLimits) -> int:
+    """Bytes of dynamic shared memory a row loop's stages may take on `limits`' device."""
+    return min(STAGE_MAX_BYTES, limits.smem_per_block - STATIC_SMEM_RESERVE)
+
+
+def staged_row_bytes(sub: SubFusion, red_classes, row_classes, vectorize: int) -> int:
+    """Bytes per element of a row of the inputs an inner-outer kernel with vectors of
+    `vectorize` elements stages in shared memory (those spanning its rows and columns,
+    where one of them holds values narrower than 4 bytes and every vector of them is 4
+    bytes or more, as a cp.async copies; see INNER_OUTER_STAGED_FIT); 0 where it stages none."""
+    rows = [tv for tv in sub.inputs if isinstance(tv, TensorView)
+            and set(sub.classes_of(tv)) & red_classes and set(sub.classes_of(tv)) & row_classes]
+    if not any(tv.dtype.itemsize < 4 for tv in rows) or any(tv.dtype.itemsize * vectorize < 4 for tv in rows):
+        return 0
+    return sum(tv.dtype.itemsize for tv in rows)
 
 
 #: threads per block of an outer-persistent kernel, and bytes of held inputs per thread at
