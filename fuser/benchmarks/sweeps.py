@@ -71,7 +71,7 @@ SWEEPS: tuple[Sweep, ...] = (
           "rmsnorm_bwd_bf16", ((16384, 1024), (16384, 2048), (16384, 4096), (8192, 8192)),
           "RMSNorm backward (1 outer reduction)"),
     Sweep("outer_blocks_per_sm", "fuser.scheduler.reduction", "OUTER_BLOCKS_PER_SM", (1, 2, 3, 4, 6),
-          "sum_outer_bf16", ((16384, 4096), (8192, 8192), (2048, 16384), (65536, 1024), (4096, 2048)),
+          "sum_outer_bf16", ((16384, 4096), (8192, 8192), (2048, 16384), (65536, 1024), (4096, 2048), (16384, 1024)),
           "blocks per SM an outer reduction's grid aims for (sharing rows, or narrow blocks)"),
     # the anchors' outer sum (fp32 [16384, 8192]) ran at 96.6% of copy on an H200 where
     # nvFuser reached 100.8 (97.0 against 98.8 on an H100)
@@ -83,7 +83,7 @@ SWEEPS: tuple[Sweep, ...] = (
     # ... and the bytes an SM has in flight: rows a thread loads per step, threads a block
     *(s for f in ("sum_outer_fp32", "sum_outer_bf16") for s in _timed_both(
         Sweep(f"outer_rows_unroll_{f}", "fuser.scheduler.reduction", "OUTER_ROWS_UNROLL", (2, 4, 8), f,
-              ((16384, 8192), (65536, 1024), (2048, 16384), (16384, 4096)),
+              ((16384, 8192), (65536, 1024), (2048, 16384), (16384, 4096), (16384, 1024)),
               "rows an outer reduction's thread loads per step"))),
     *_timed_both(Sweep("outer_block_threads_fp32", "fuser.scheduler.reduction", "OUTER_BLOCK_THREADS",
                       (256, 512, 1024), "sum_outer_fp32", ((16384, 8192), (65536, 1024), (2048, 16384), (16384, 4096)),
