@@ -322,12 +322,12 @@ def test_rows_too_long_for_registers_run_as_one_kernel_from_shared_memory_stages
     # x and grad in two stages of a row each: 2 x 512 threads x 32 elements x 2 bytes
     assert "stage_r1 = reinterpret_cast<__bfloat*>(fuser_dynamic_smem + 65536);" in on
     assert compile_all([on])[:4] == b"\x7fELF"
-    # past the stages' 128 KiB, rows of odd length (2-byte vectors, which cp.async does not
-    # copy), and fp32 rows: separate kernels
+    # past the stages' 128 KiB (bf16 rows of 32768, fp32 rows of 16384), or in vectors
+    # short of a 16-byte copy (odd lengths; 2-element vectors): separate kernels
     assert code((136, 32768)).count("__global__") >= 2
-    assert code((136, 16383)).count("__global__") >= 2
-    assert code((136, 14338)).count("__global__") >= 2  # (2-element vectors: 1024-thread blocks)
     assert code((136, 16384), F.by_name("rmsnorm_bwd_fp32")).count("__global__") >= 2
+    assert code((136, 16383)).count("__global__") >= 2
+    assert code((136, 14338)).count("__global__") >= 2
     # simulated over few rows (the plan is the same; the few-rows rule would split them)
     switches(N, INNER_OUTER_FEW_ROWS_APART=False)
     torch.manual_seed(11)
@@ -337,18 +337,53 @@ def test_rows_too_long_for_registers_run_as_one_kernel_from_shared_memory_stages
     assert report.ok and report.status == "ok", str(report)
 
 
+def test_fp32_rows_too_long_for_registers_are_staged_where_the_plan_says(switches):
+    """LayerNorm backward over fp32 rows of 8192 (two column accumulators) overflows the
+    registers and runs as several kernels; with INNER_OUTER_STAGED_FIT its plan stages the
+    rows (`stage_rows`), which fp32 rows otherwise never are (they load ahead into
+    registers), and the one kernel simulates to the reference."""
+    from kernel_sim import simulate_fusion
+
+    import fuser.benchmarks.fusions as F
+    from fuser.scheduler import normalization as N
+
+    f = F.by_name("layernorm_bwd_fp32")
+
+    def code(shape):
+        return f.fusion_definition().cuda_code_for([x.to("meta") for x in f.make_inputs("cpu", shape)])
+
+    switches(N, INNER_OUTER_STAGED_FIT=False)
+    assert code((136, 8192)).count("__global__") >= 2  # (dbias's sum apart, at least)
+    assert "cp_async" not in code((136, 4096))  # (rows that fit: loaded ahead into registers)
+    switches(N, INNER_OUTER_STAGED_FIT=True)
+    on = code((136, 8192))
+    assert on.count("__global__") == 1 and "__launch_bounds__(1024) fuser_inner_outer" in on
+    # 2 stages x 1024 threads x 8 floats of x, then of grad
+    assert "float* stage_r1 = reinterpret_cast<float*>(fuser_dynamic_smem + 65536);" in on
+    assert "cp_async" not in code((136, 4096))  # (rows that fit are planned as before)
+    assert compile_all([on])[:4] == b"\x7fELF"
+    switches(N, INNER_OUTER_FEW_ROWS_APART=False)
+    torch.manual_seed(12)
+    report = simulate_fusion(f.fusion_definition(), f.make_inputs("cpu", (5, 8192)), resident=2)
+    assert report.ok and report.status == "ok", str(report)
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("shape", [(2048, 16384), (333, 16000), (140, 14336)], ids=str)
-def test_rows_held_in_shared_memory_stages_match_eager_on_the_gpu(switches, poisoned_kernel_outputs, shape):
+@pytest.mark.parametrize("name, shape, kernels", [
+    ("rmsnorm_bwd_bf16", (2048, 16384), 1), ("rmsnorm_bwd_bf16", (333, 16000), 1),
+    ("rmsnorm_bwd_bf16", (140, 14336), 1), ("layernorm_bwd_bf16", (2048, 16384), 2),
+    ("layernorm_bwd_fp32", (1024, 8192), 1), ("layernorm_bwd_fp32", (150, 7000), 1)], ids=str)
+def test_rows_held_in_shared_memory_stages_match_eager_on_the_gpu(switches, poisoned_kernel_outputs, name, shape,
+                                                                  kernels):
     pytest.importorskip("pycuda")
     from test_row_loop import bench_case_on_gpu
 
     from fuser.scheduler import normalization as N
 
     switches(N, INNER_OUTER_STAGED_FIT=True)
-    fd = bench_case_on_gpu("rmsnorm_bwd_bf16", shape, seed=17)
+    fd = bench_case_on_gpu(name, shape, seed=17)
     src = fd.last_cuda_code()
-    assert "fuser_inner_outer" in src and "stage_r1" in src and src.count("__global__") == 1
+    assert "fuser_inner_outer" in src and "stage_r1" in src and src.count("__global__") == kernels
 
 
 @pytest.mark.gpu

@@ -53,6 +53,9 @@ NORM_SHAPES = ((16384, 4096), (8192, 8192), (2048, 16384), (16384, 1024), (65536
 #: GELU's: a large, a mid-size and an L2-sized tensor
 GELU_SHAPES = ((16384, 8192), (4096, 4096), (1024, 1024))
 
+#: rows of bf16 that overflow an inner-outer kernel's registers (and one that does not)
+STAGED_FIT_SHAPES = ((2048, 16384), (4096, 16384), (8192, 16384), (2048, 12288), (16384, 4096))
+
 #: batch norm's shapes: too many rows to hold (two kernels) down to rows held by one grid
 BN_SHAPES = ((16384, 4096), (8192, 8192), (2048, 16384), (1024, 1000), (128, 1000))
 
@@ -197,10 +200,10 @@ SWEEPS: tuple[Sweep, ...] = (
     Sweep("seed001_stages", "fuser.scheduler.normalization", "STAGES", (2, 3, 4), "seed001_rmsnorm_bwd_bf16",
           (SEED001_SHAPE,), "groups of rows in shared memory at once (one being reduced, the rest in flight)"),
     *(Sweep(f"inner_outer_staged_fit_{f}", "fuser.scheduler.normalization", "INNER_OUTER_STAGED_FIT", (False, True),
-            f, ((2048, 16384), (4096, 16384), (8192, 16384), (2048, 12288), (16384, 4096)),
-            "rows too long for registers whole run as one inner-outer kernel holding them in shared memory "
-            "stages (or as a reduction across rows beside an inner-persistent kernel)")
-      for f in ("rmsnorm_bwd_bf16", "layernorm_bwd_bf16")),
+            f, shapes, "rows too long for registers whole run as one inner-outer kernel holding them in shared "
+            "memory stages (or as a reduction across rows beside an inner-persistent kernel)")
+      for f, shapes in (("rmsnorm_bwd_bf16", STAGED_FIT_SHAPES), ("layernorm_bwd_bf16", STAGED_FIT_SHAPES),
+                        ("layernorm_bwd_fp32", ((8192, 8192), (4096, 8192), (16384, 7000), (16384, 4096))))),
     Sweep("seed001_stage_rows", "fuser.lower.inner_outer", "STAGE_ROWS", ("narrow", "none", "all"),
           "seed001_rmsnorm_bwd_bf16", (SEED001_SHAPE,),
           "which inner-outer rows are copied ahead into shared memory (cp.async)"),

@@ -91,6 +91,8 @@ class InnerOuterLowering(RowLoopLowering):
         self._dynamic_smem = 0
 
     def _loads_ahead(self, narrow: bool) -> tuple[bool, bool]:
+        if self.p.stage_rows:  # (registers would not hold the rows: the plan says so)
+            return True, False
         return STAGE_ROWS == "all" or (STAGE_ROWS == "narrow" and narrow), PREFETCH_ROWS and not narrow
 
     def _needed(self, k: int, reds: list) -> list:

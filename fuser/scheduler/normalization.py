@@ -126,7 +126,7 @@ def inner_outer_reason(sub: SubFusion) -> str | None:
     n = geo.n_red
     budget = register_budget(sub)
     width = reduction.vectors(sub, geo)[1]
-    staged = staged_row_bytes(sub, cols, rows, width) if held * n > budget and INNER_OUTER_STAGED_FIT else 0
+    staged = staged_row_bytes(sub, cols, rows, width) if INNER_OUTER_STAGED_FIT and held * n > budget else 0
     if (held - staged) * n > budget:
         return (f"a row of {n} elements takes {(held - staged) * n} bytes of registers (inputs and column "
                 f"accumulators{', beside the rows staged in shared memory' if staged else ''}), more than the "
@@ -137,11 +137,6 @@ def inner_outer_reason(sub: SubFusion) -> str | None:
             p = inner_outer_heuristics(sub, geo, width)
         except ValueError as err:
             return str(err)
-    if staged and p.bdx * p.bdy > INNER_OUTER_BLOCK_THREADS:
-        # (1024 threads have 64 registers each: a row of 2-byte vectors, 14338 elements,
-        # spilled 164 bytes a thread there)
-        return (f"a row of {n} elements takes more registers than the {budget} bytes they hold, and its blocks of "
-                f"{p.bdx * p.bdy} threads too few registers a thread to hold the rest beside staged rows")
     # (the stages hold each thread's whole tile: vectors past the row's end included)
     if staged and STAGES * p.bdy * p.bdx * p.unroll * p.vectorize * staged > stage_budget(sub.a.info.device_limits):
         return (f"a row of {n} elements takes more registers than the {budget} bytes they hold, and its "
@@ -550,15 +545,15 @@ STAGES = 2
 #: permitting, and what is left beside them for the block reductions' static scratch
 STAGE_MAX_BYTES = 128 * 1024
 STATIC_SMEM_RESERVE = 16 * 1024
-#: an inner-outer kernel stages its row inputs in shared memory where one holds values
-#: narrower than 4 bytes (lower.inner_outer.STAGE_ROWS) and reads them back a vector at a
-#: time in each pass (REREAD_STAGED): its registers hold only the rest of a row, the
-#: weights and the column accumulators. Counting only those, rows too long to hold whole
-#: in registers (RMSNorm and LayerNorm backward bf16 rows of 16384: a thread's share is
-#: that of rows of 4096 in blocks of four rows) run as one kernel instead of a reduction
-#: across rows beside an inner-persistent kernel, both reading every row (H100 bench, bf16
-#: [2048, 16384]: 118 us, 56% of copy). Off until measured: `bench --sweep
-#: inner_outer_staged_fit_*`.
+#: an inner-outer kernel whose row inputs sit in shared-memory stages, read back a vector
+#: at a time in each pass (lower.row_loop.REREAD_STAGED), holds in registers only the rest
+#: of a row: the weights and the column accumulators. Where the rows would overflow the
+#: registers, such a plan (`ReductionParams.stage_rows`) lets rows that fit the stages run
+#: as one kernel instead of a reduction across rows beside an inner-persistent kernel,
+#: both reading every row: RMSNorm and LayerNorm backward over bf16 rows of 16384 (a
+#: thread's share is that of rows of 4096 in blocks of four rows; H100 bench, [2048,
+#: 16384]: 118 us, 56% of copy), LayerNorm backward over fp32 rows of 8192 ([8192, 8192]:
+#: 371 us, 72%). Off until measured: `bench --sweep inner_outer_staged_fit_*`.
 INNER_OUTER_STAGED_FIT = False
 
 
@@ -569,14 +564,22 @@ def stage_budget(limits: DeviceLimits) -> int:
 
 def staged_row_bytes(sub: SubFusion, red_classes, row_classes, vectorize: int) -> int:
     """Bytes per element of a row of the inputs an inner-outer kernel with vectors of
-    `vectorize` elements stages in shared memory (those spanning its rows and columns,
-    where one of them holds values narrower than 4 bytes and every vector of them is 4
-    bytes or more, as a cp.async copies; see INNER_OUTER_STAGED_FIT); 0 where it stages none."""
+    `vectorize` elements can hold in shared-memory stages (those spanning its rows and
+    columns, where every vector of them is a full 16-byte copy: rows of 14338 bf16, in
+    2-element vectors over 1024 threads, spilled 164 bytes a thread; see
+    INNER_OUTER_STAGED_FIT); 0 where it can stage none."""
     rows = [tv for tv in sub.inputs if isinstance(tv, TensorView)
             and set(sub.classes_of(tv)) & red_classes and set(sub.classes_of(tv)) & row_classes]
-    if not any(tv.dtype.itemsize < 4 for tv in rows) or any(tv.dtype.itemsize * vectorize < 4 for tv in rows):
+    if any(tv.dtype.itemsize * vectorize < reduction.VECTOR_BYTES for tv in rows):
         return 0
     return sum(tv.dtype.itemsize for tv in rows)
+
+
+def rows_overflow_registers(sub: SubFusion, geo: ReductionGeometry) -> bool:
+    """Whether an inner-outer kernel's row (its inputs along it, weights, a float
+    accumulator per outer reduction) takes more than `register_budget`."""
+    n_outer = sum(1 for r in sub.reductions() if not r.is_inner)
+    return row_held_bytes(sub, geo_red_classes(sub, geo), n_outer) * geo.n_red > register_budget(sub)
 
 
 #: threads per block of an outer-persistent kernel, and bytes of held inputs per thread at
@@ -676,7 +679,8 @@ def inner_outer_heuristics(sub: SubFusion, geo: ReductionGeometry, vectorize: in
     if min_blocks < 2:  # (one block asked for still changes the compiler's choice)
         min_blocks = 0
     return dataclasses.replace(p, bdy=bdy, min_blocks=min_blocks, row_loop=False, late_loads=False,
-                               keep_first_pass=keep, spill_max=INNER_OUTER_SPILL_MAX if min_blocks else 0)
+                               keep_first_pass=keep, spill_max=INNER_OUTER_SPILL_MAX if min_blocks else 0,
+                               stage_rows=INNER_OUTER_STAGED_FIT and rows_overflow_registers(sub, geo))
 
 
 def first_pass_frontier(sub: SubFusion, geo: ReductionGeometry) -> int:

@@ -243,7 +243,9 @@ class ReductionParams:
     (persistent): later passes read the values the first pass computed from registers
     instead of recomputing them from the loaded row. `spill_max`: bytes of local memory
     a thread may spill under `min_blocks`' register cap before the kernel is compiled with
-    the compiler's own choice instead (where its grid allows: one planned from what fits)."""
+    the compiler's own choice instead (where its grid allows: one planned from what fits).
+    `stage_rows` (inner-outer): the row inputs are held in shared-memory stages, whatever
+    their width, because registers would not hold them (normalization.INNER_OUTER_STAGED_FIT)."""
 
     inner: bool
     persistent: bool
@@ -258,13 +260,15 @@ class ReductionParams:
     late_loads: bool = False
     keep_first_pass: bool = False
     spill_max: int = 0
+    stage_rows: bool = False
 
     def __str__(self) -> str:
         # (the optional fields only where they are set)
         extra = "".join(f", {k}={v}" for k, v in (("min_blocks", self.min_blocks), ("row_loop", self.row_loop),
                                                     ("late_loads", self.late_loads),
                                                     ("keep_first_pass", self.keep_first_pass),
-                                                    ("spill_max", self.spill_max)) if v)
+                                                    ("spill_max", self.spill_max),
+                                                    ("stage_rows", self.stage_rows)) if v)
         return (f"ReductionParams(inner={self.inner}, persistent={self.persistent}, vectorize={self.vectorize}, "
                 f"bdx={self.bdx}, bdy={self.bdy}, unroll={self.unroll}, grid_y={self.grid_y}, "
                 f"index_type={self.index_type}{extra})")
