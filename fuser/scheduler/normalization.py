@@ -126,7 +126,8 @@ def inner_outer_reason(sub: SubFusion) -> str | None:
     n = geo.n_red
     budget = register_budget(sub)
     width = reduction.vectors(sub, geo)[1]
-    staged = staged_row_bytes(sub, cols, rows, width) if INNER_OUTER_STAGED_FIT and held * n > budget else 0
+    overflow = INNER_OUTER_STAGED_FIT and rows_overflow_registers(sub, geo)
+    staged = staged_row_bytes(sub, cols, rows, width) if overflow else 0
     if (held - staged) * n > budget:
         return (f"a row of {n} elements takes {(held - staged) * n} bytes of registers (inputs and column "
                 f"accumulators{', beside the rows staged in shared memory' if staged else ''}), more than the "
