@@ -328,6 +328,17 @@ def test_rows_too_long_for_registers_run_as_one_kernel_from_shared_memory_stages
     assert code((136, 16384), F.by_name("rmsnorm_bwd_fp32")).count("__global__") >= 2
     assert code((136, 16383)).count("__global__") >= 2
     assert code((136, 14338)).count("__global__") >= 2
+    # a plan whose stages the lowering cannot fit raises instead of holding the rows in
+    # registers (the gate and the lowering share the budget, so only a stand-in differs)
+    import types
+
+    import fuser.lower.row_loop as RL
+    from fuser.lower.errors import NotLowerable
+
+    switches(RL, plan=types.SimpleNamespace(STAGES=N.STAGES, stage_budget=lambda limits: 32 * 1024))
+    with pytest.raises(NotLowerable, match="the plan stages rows"):
+        code((136, 16384))
+    switches(RL, plan=N)
     # simulated over few rows (the plan is the same; the few-rows rule would split them)
     switches(N, INNER_OUTER_FEW_ROWS_APART=False)
     torch.manual_seed(11)

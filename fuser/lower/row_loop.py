@@ -199,6 +199,9 @@ class RowLoopLowering(ReductionLowering):
             _, dt, per, _ = stages[name]
             nbytes = plan.STAGES * threads * per * dt.itemsize
             if nbytes > budget:
+                if self.p.stage_rows:  # (the plan's gate counted them out of the registers)
+                    raise NotLowerable(f"the plan stages rows whose {name} takes {nbytes} bytes of stages, past "
+                                       f"the {budget} left")
                 del stages[name]
             else:
                 budget -= nbytes
