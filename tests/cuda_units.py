@@ -44,3 +44,23 @@ def ptx_of(source: str, options: tuple[str, ...] = ()) -> str:
         subprocess.run([nvcc_path(), "-ptx", "-arch=sm_90", *BASE_OPTIONS, *options, "-I", tmp, "-o", "k.ptx", "k.cu"],
                        cwd=tmp, check=True, capture_output=True)
         return Path(tmp, "k.ptx").read_text()
+
+
+def ptxas_usage(source: str) -> list[tuple[int, int]]:
+    """(registers, bytes spilled) of each kernel of one fd.cuda_code_for text, as ptxas
+    reports them compiling it for sm_90."""
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    from fuser.driver.nvrtc import BASE_OPTIONS, nvcc_path
+
+    with tempfile.TemporaryDirectory(prefix="fuser-ptxas-") as tmp:
+        for name, text in runtime_headers().items():
+            Path(tmp, name).write_text(text)
+        Path(tmp, "k.cu").write_text(_unit([source]))
+        out = subprocess.run([nvcc_path(), "-cubin", "-arch=sm_90", *BASE_OPTIONS, "-Xptxas", "-v", "-I", tmp,
+                              "-o", "k.cubin", "k.cu"], cwd=tmp, check=True, capture_output=True, text=True).stderr
+    spills = [int(n) for n in re.findall(r"(\d+) bytes spill stores", out)]
+    registers = [int(n) for n in re.findall(r"Used (\d+) registers", out)]
+    return list(zip(registers, spills))
