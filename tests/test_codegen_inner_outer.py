@@ -382,6 +382,50 @@ def test_fp32_rows_too_long_for_registers_are_staged_where_the_plan_says(switche
     assert report.ok and report.status == "ok", str(report)
 
 
+def test_one_thread_row_calls_the_tile_combine_where_the_switch_says(switches):
+    """inner_outer.ONE_ROW_TILE_COMBINE: a one-row block (RMSNorm backward bf16 rows of
+    12288, 512 threads) calls the tile combine of its partials, an empty one, only with
+    the switch on; the kernel then takes fewer registers and simulates to the reference."""
+    from kernel_sim import simulate_fusion
+
+    import fuser.benchmarks.fusions as F
+    import fuser.lower.inner_outer as IO
+    from fuser.scheduler import normalization as N
+
+    f = F.by_name("rmsnorm_bwd_bf16")
+
+    def code(shape):
+        return f.fusion_definition().cuda_code_for([x.to("meta") for x in f.make_inputs("cpu", shape)])
+
+    switches(IO, ONE_ROW_TILE_COMBINE=False)
+    off = code((4096, 12288))
+    assert "__launch_bounds__(512) fuser_inner_outer" in off and "block_allreduce_tile_y" not in off
+    switches(IO, ONE_ROW_TILE_COMBINE=True)
+    on = code((4096, 12288))
+    assert "fuser::block_allreduce_tile_y(oacc" in on
+    (off_registers, _), = ptxas_usage(off)
+    (on_registers, spilled), = ptxas_usage(on)
+    assert on_registers < off_registers and spilled == 0, (off_registers, on_registers, spilled)
+    switches(N, INNER_OUTER_FEW_ROWS_APART=False)
+    torch.manual_seed(13)
+    report = simulate_fusion(f.fusion_definition(), f.make_inputs("cpu", (5, 12288)), resident=2)
+    assert report.ok and report.status == "ok", str(report)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(1000, 12288), (700, 10240)], ids=str)
+@pytest.mark.parametrize("name", ["rmsnorm_bwd_bf16", "layernorm_bwd_bf16"])
+def test_one_row_tile_combine_matches_eager_on_the_gpu(switches, poisoned_kernel_outputs, name, shape):
+    pytest.importorskip("pycuda")
+    from test_row_loop import bench_case_on_gpu
+
+    import fuser.lower.inner_outer as IO
+
+    switches(IO, ONE_ROW_TILE_COMBINE=True)
+    fd = bench_case_on_gpu(name, shape, seed=19)
+    assert "fuser_inner_outer" in fd.last_cuda_code()
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("name, shape, kernels", [
     ("rmsnorm_bwd_bf16", (2048, 16384), 1), ("rmsnorm_bwd_bf16", (333, 16000), 1),

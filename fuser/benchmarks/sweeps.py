@@ -204,6 +204,11 @@ SWEEPS: tuple[Sweep, ...] = (
             "memory stages (or as a reduction across rows beside an inner-persistent kernel)")
       for f, shapes in (("rmsnorm_bwd_bf16", STAGED_FIT_SHAPES), ("layernorm_bwd_bf16", STAGED_FIT_SHAPES),
                         ("layernorm_bwd_fp32", ((8192, 8192), (4096, 8192), (16384, 7000), (16384, 4096))))),
+    *(Sweep(f"one_row_tile_combine_{f}", "fuser.lower.inner_outer", "ONE_ROW_TILE_COMBINE", (False, True), f,
+            ((4096, 12288), (4096, 10240), (2048, 9216), (8192, 8192)),
+            "an inner-outer block of one thread row calls the (empty) tile combine of its partials, which "
+            "changes nvcc's register choice")
+      for f in ("rmsnorm_bwd_bf16", "layernorm_bwd_bf16")),
     Sweep("seed001_stage_rows", "fuser.lower.inner_outer", "STAGE_ROWS", ("narrow", "none", "all"),
           "seed001_rmsnorm_bwd_bf16", (SEED001_SHAPE,),
           "which inner-outer rows are copied ahead into shared memory (cp.async)"),

@@ -40,6 +40,13 @@ PREFETCH_ROWS = True
 #: rows, which load ahead into registers instead (PREFETCH_ROWS), 292-299 us either way.
 #: (Those were measured before REREAD_STAGED and _partials' combine through the stages.)
 STAGE_ROWS = "narrow"
+#: a block of one thread row whose partials go through the row stages still calls the
+#: tile combine over threadIdx.y (which returns at once for one row): nvcc then holds the
+#: row loop in fewer registers. ptxas sm_90, RMSNorm backward bf16, 512 threads: [2048,
+#: 16384] under normalization.INNER_OUTER_STAGED_FIT 85 registers against 128 and 28 bytes
+#: spilled (such plans always call it); the shipped [4096, 12288] 85 against 127. Off for
+#: the other plans until measured: `bench --sweep one_row_tile_combine`.
+ONE_ROW_TILE_COMBINE = False
 
 
 class InnerOuterLowering(RowLoopLowering):
@@ -298,10 +305,8 @@ class InnerOuterLowering(RowLoopLowering):
         for e in group:
             name, acc_dt = self._oacc[e]
             # (one thread row has nothing to combine, and the call returns at once; but a plan
-            # that stages rows too long for registers emits it anyway: nvcc then holds the
-            # loop in fewer registers, ptxas sm_90, RMSNorm backward bf16 [2048, 16384] with
-            # INNER_OUTER_STAGED_FIT, 512 threads: 85 registers against 128 and 28 bytes spilled)
-            if self.p.bdy > 1 or self.p.stage_rows:
+            # that stages rows too long for registers emits it anyway, see ONE_ROW_TILE_COMBINE)
+            if self.p.bdy > 1 or self.p.stage_rows or ONE_ROW_TILE_COMBINE:
                 buf = f"tiles_{acc_dt.name}"
                 self._decl(buf, acc_dt, self.full_tile * threads, space=kir.MemoryType.Shared, offset=0)
                 self.body.append(BlockAllReduce(Var(name), Var(name), e.op_type, acc_dt, Var(buf),
