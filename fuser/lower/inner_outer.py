@@ -44,8 +44,8 @@ STAGE_ROWS = "narrow"
 #: tile combine over threadIdx.y (which returns at once for one row): nvcc then holds the
 #: row loop in fewer registers. ptxas sm_90, RMSNorm backward bf16, 512 threads: [2048,
 #: 16384] under normalization.INNER_OUTER_STAGED_FIT 85 registers against 128 and 28 bytes
-#: spilled (such plans always call it); the shipped [4096, 12288] 85 against 127. Off for
-#: the other plans until measured: `bench --sweep one_row_tile_combine`.
+#: spilled (such plans always call it); the shipped [4096, 12288] 64 against 127. Off for
+#: the other plans until measured: `bench --sweep one_row_tile_combine_*`.
 ONE_ROW_TILE_COMBINE = False
 
 
