@@ -296,13 +296,14 @@ def test_fewer_row_groups_than_sms_run_as_separate_kernels(switches, name):
     assert kernels((128, 1000)) == (1, True)
 
 
+@pytest.mark.nvcc
 def test_rows_too_long_for_registers_run_as_one_kernel_from_shared_memory_stages(switches):
     """normalization.INNER_OUTER_STAGED_FIT: RMSNorm backward over bf16 rows of 16384,
     whose inputs, weight and column accumulators overflow the registers' half of the
     register file, runs with the switch on as one inner-outer kernel that holds the rows in
-    two shared-memory stages and the rest in registers, and simulates to the reference.
-    Off, or with rows too long for the stages, or with no row narrower than 4 bytes to
-    stage (fp32), separate kernels."""
+    two shared-memory stages and the rest in registers (nvcc spilling none), and simulates
+    to the reference. Off, or with rows past the stages or in vectors short of a 16-byte
+    copy, separate kernels."""
     from kernel_sim import simulate_fusion
 
     import fuser.benchmarks.fusions as F
@@ -351,6 +352,7 @@ def test_rows_too_long_for_registers_run_as_one_kernel_from_shared_memory_stages
     assert report.ok and report.status == "ok", str(report)
 
 
+@pytest.mark.nvcc
 def test_fp32_rows_too_long_for_registers_are_staged_where_the_plan_says(switches):
     """LayerNorm backward over fp32 rows of 8192 (two column accumulators) overflows the
     registers and runs as several kernels; with INNER_OUTER_STAGED_FIT its plan stages the
@@ -382,6 +384,7 @@ def test_fp32_rows_too_long_for_registers_are_staged_where_the_plan_says(switche
     assert report.ok and report.status == "ok", str(report)
 
 
+@pytest.mark.nvcc
 def test_one_thread_row_calls_the_tile_combine_where_the_switch_says(switches):
     """inner_outer.ONE_ROW_TILE_COMBINE: a one-row block (RMSNorm backward bf16 rows of
     12288, 512 threads) calls the tile combine of its partials, an empty one, only with
