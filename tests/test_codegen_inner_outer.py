@@ -342,7 +342,8 @@ def test_rows_too_long_for_registers_run_as_one_kernel_from_shared_memory_stages
     import fuser.lower.row_loop as RL
     from fuser.lower.errors import NotLowerable
 
-    switches(RL, plan=types.SimpleNamespace(STAGES=N.STAGES, stage_budget=lambda limits: 32 * 1024))
+    switches(RL, plan=types.SimpleNamespace(STAGES=N.STAGES, stage_bytes=N.stage_bytes,
+                                          stage_budget=lambda limits: 32 * 1024))
     with pytest.raises(NotLowerable, match="the plan stages rows"):
         code((136, 16384))
     switches(RL, plan=N)

@@ -197,7 +197,7 @@ class RowLoopLowering(ReductionLowering):
         budget = plan.stage_budget(limits)
         for name in sorted(stages, key=row_axes, reverse=True):
             _, dt, per, _ = stages[name]
-            nbytes = plan.STAGES * threads * per * dt.itemsize
+            nbytes = plan.stage_bytes(threads, per, dt.itemsize)
             if nbytes > budget:
                 if self.p.stage_rows:  # (the plan's gate counted them out of the registers)
                     raise NotLowerable(f"the plan stages rows whose {name} takes {nbytes} bytes of stages, past "
@@ -215,7 +215,7 @@ class RowLoopLowering(ReductionLowering):
         offset = self._dynamic_smem
         for buf, dt, per, _ in stages.values():
             self._decl(buf, dt, plan.STAGES * threads * per, space=kir.MemoryType.Shared, offset=offset)
-            offset += -(-plan.STAGES * threads * per * dt.itemsize // 16) * 16
+            offset += -(-plan.stage_bytes(threads, per, dt.itemsize) // 16) * 16
         self._dynamic_smem = offset
 
         def slot(name: str, at: kir.Expr, stage: kir.Expr) -> kir.Expr:

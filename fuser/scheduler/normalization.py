@@ -139,8 +139,7 @@ def inner_outer_reason(sub: SubFusion) -> str | None:
             p = inner_outer_heuristics(sub, geo, width)
         except ValueError as err:
             return str(err)
-    # (the stages hold each thread's whole tile: vectors past the row's end included)
-    if staged and STAGES * p.bdy * p.bdx * p.unroll * p.vectorize * staged > stage_budget(sub.a.info.device_limits):
+    if staged and stage_bytes(p.bdx * p.bdy, p.unroll * p.vectorize, staged) > stage_budget(sub.a.info.device_limits):
         return (f"a row of {n} elements takes more registers than the {budget} bytes they hold, and its "
                 f"{p.bdy} x {STAGES} staged rows more than the {stage_budget(sub.a.info.device_limits)} bytes "
                 f"of shared memory the stages may take")
@@ -568,6 +567,13 @@ STAGED_REGISTER_FRACTION = 0.7
 def stage_budget(limits: DeviceLimits) -> int:
     """Bytes of dynamic shared memory a row loop's stages may take on `limits`' device."""
     return min(STAGE_MAX_BYTES, limits.smem_per_block - STATIC_SMEM_RESERVE)
+
+
+def stage_bytes(threads: int, per_thread: int, itemsize: int) -> int:
+    """Bytes of shared memory a row loop's stages of one row input take: `per_thread`
+    elements of `itemsize` bytes for each of `threads` threads, in each of STAGES stages
+    (a thread's whole tile: vectors past the row's end included)."""
+    return STAGES * threads * per_thread * itemsize
 
 
 def staged_row_bytes(sub: SubFusion, red_classes, row_classes, vectorize: int) -> int:
