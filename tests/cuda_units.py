@@ -28,39 +28,34 @@ def _unit(sources: Iterable[str]) -> str:
     return "".join(_HEADERS) + "\n".join(units)
 
 
-def ptx_of(source: str, options: tuple[str, ...] = ()) -> str:
-    """The PTX nvcc makes of one fd.cuda_code_for text (one or more kernels) for sm_90:
-    what the compiler fused into FMAs shows there."""
+def _nvcc(source: str, flags: tuple[str, ...], output: str) -> tuple[str, str]:
+    """Compile one fd.cuda_code_for text for sm_90 with nvcc and `flags` into `output`:
+    (what nvcc wrote to stderr, the output's text where it is text, else "")."""
     import subprocess
     import tempfile
     from pathlib import Path
 
     from fuser.driver.nvrtc import BASE_OPTIONS, nvcc_path
 
-    with tempfile.TemporaryDirectory(prefix="fuser-ptx-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="fuser-nvcc-") as tmp:
         for name, text in runtime_headers().items():
             Path(tmp, name).write_text(text)
         Path(tmp, "k.cu").write_text(_unit([source]))
-        subprocess.run([nvcc_path(), "-ptx", "-arch=sm_90", *BASE_OPTIONS, *options, "-I", tmp, "-o", "k.ptx", "k.cu"],
-                       cwd=tmp, check=True, capture_output=True)
-        return Path(tmp, "k.ptx").read_text()
+        err = subprocess.run([nvcc_path(), *flags, "-arch=sm_90", *BASE_OPTIONS, "-I", tmp, "-o", output, "k.cu"],
+                             cwd=tmp, check=True, capture_output=True, text=True).stderr
+        return err, Path(tmp, output).read_text() if output.endswith(".ptx") else ""
+
+
+def ptx_of(source: str, options: tuple[str, ...] = ()) -> str:
+    """The PTX nvcc makes of one fd.cuda_code_for text (one or more kernels) for sm_90:
+    what the compiler fused into FMAs shows there."""
+    return _nvcc(source, ("-ptx", *options), "k.ptx")[1]
 
 
 def ptxas_usage(source: str) -> list[tuple[int, int]]:
     """(registers, bytes spilled) of each kernel of one fd.cuda_code_for text, as ptxas
     reports them compiling it for sm_90."""
-    import subprocess
-    import tempfile
-    from pathlib import Path
-
-    from fuser.driver.nvrtc import BASE_OPTIONS, nvcc_path
-
-    with tempfile.TemporaryDirectory(prefix="fuser-ptxas-") as tmp:
-        for name, text in runtime_headers().items():
-            Path(tmp, name).write_text(text)
-        Path(tmp, "k.cu").write_text(_unit([source]))
-        out = subprocess.run([nvcc_path(), "-cubin", "-arch=sm_90", *BASE_OPTIONS, "-Xptxas", "-v", "-I", tmp,
-                              "-o", "k.cubin", "k.cu"], cwd=tmp, check=True, capture_output=True, text=True).stderr
+    out = _nvcc(source, ("-cubin", "-Xptxas", "-v"), "k.cubin")[0]
     spills = [int(n) for n in re.findall(r"(\d+) bytes spill stores", out)]
     registers = [int(n) for n in re.findall(r"Used (\d+) registers", out)]
     return list(zip(registers, spills))
