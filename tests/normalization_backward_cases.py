@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import torch
 
 from fuser import DataType
+from fuser.scheduler.normalization import STAGED_REGISTER_FRACTION, stage_budget
 from fuser.scheduler.runtime_info import PERSISTENT_REGISTER_FRACTION, DeviceLimits
 
 from reduction_cases import _TAG as TAG
@@ -40,6 +41,9 @@ ROWS = (1, 7, 1000, 16384)
 ROW_LENGTHS = (3, 127, 1024, 4097, 16385)
 #: bf16 / fp16 run a subset: every row length at 7 and 1000 rows, and two long-batch pairs
 HALF_SHAPES = tuple((m, n) for m in (7, 1000) for n in ROW_LENGTHS) + ((16384, 1024), (16384, 4097))
+#: rows too long for the registers that whole vectors tile (held in shared-memory stages
+#: instead: normalization.INNER_OUTER_STAGED_FIT), per dtype
+STAGED_SHAPES = {torch.float32: ((1000, 8192),), torch.bfloat16: ((1000, 16384),), torch.float16: ((1000, 16384),)}
 HALF_DTYPES = (torch.bfloat16, torch.float16)
 #: the pairs left out: their inputs would take more than 1 GiB (fp32 [16384, 16385] is
 #: already 1 GiB + 64 KiB per tensor)
@@ -124,9 +128,13 @@ def expected_segments(pattern: str, shape: tuple, dtype: torch.dtype, layout: st
       an inner reduction over M beside dx's over N. dbias goes to a segment of its own
       (a reduction), the rest stays inner_outer_persistent;
     - rows longer than the register budget holds: per row element the kernel holds grad, x
-      and the weight, and a float accumulator per outer reduction (dweight; and dbias). Then
-      dweight is a reduction segment, and dx an inner_persistent one where its row (grad and
-      x) fits the budget, else a reduction (that writes the row sums) with the rest.
+      and the weight, and a float accumulator per outer reduction (dweight; and dbias).
+      Contiguous rows of whole 16-byte vectors still take one inner_outer_persistent
+      segment where grad and x go to shared memory, two rows of them within the stage
+      budget, and the rest (weight and accumulators) fits STAGED_REGISTER_FRACTION of the
+      register file. Otherwise dweight is a reduction segment, and dx an inner_persistent
+      one where its row (grad and x) fits the budget, else a reduction (that writes the row
+      sums) with the rest.
 
     None for softmax and batch norm (no claim)."""
     if pattern not in ("rms_bwd", "ln_bwd"):
@@ -146,6 +154,10 @@ def expected_segments(pattern: str, shape: tuple, dtype: torch.dtype, layout: st
         return Segmentation(("inner_outer_persistent", "reduction"), DIFFERENT_INNER_AXES)
     held = 3 * size + 4 * (1 if pattern == "rms_bwd" else 2)
     if held * n > budget:
+        staged = 2 * size if layout == "contiguous" and n % (16 // size) == 0 else 0  # grad and x
+        if (staged and (held - staged) * n <= limits.register_file_bytes * STAGED_REGISTER_FRACTION
+                and 2 * staged * n <= stage_budget(limits)):
+            return Segmentation(("inner_outer_persistent",))
         return Segmentation(("reduction", "inner_persistent" if dx_fits else "reduction"), ROW_TOO_LONG)
     return Segmentation(("inner_outer_persistent",))
 
@@ -398,6 +410,9 @@ for _p in PATTERNS:
             _add(_p, _m, _n, torch.float32)
     for _dt in HALF_DTYPES:
         for _m, _n in HALF_SHAPES:
+            _add(_p, _m, _n, _dt)
+    for _dt, _shapes in STAGED_SHAPES.items():
+        for _m, _n in _shapes:
             _add(_p, _m, _n, _dt)
     for _layout in LAYOUTS:
         for _dt in (torch.float32, torch.bfloat16):

@@ -356,8 +356,10 @@ def test_segmentation_check_can_fail():
 
 def test_expected_segments_rule_follows_the_register_file(monkeypatch):
     """The rule reads the target's register file: the declines it expects are the named
-    ones, and on a target with a quarter of the registers a bf16 row of 4000 (which an
-    H100 holds) declines, and the segmenter, planning for that target, agrees."""
+    ones; on a target with a quarter of the registers, RMSNorm's bf16 rows of 4000 (which
+    an H100 holds whole) still take one kernel, grad and x in shared memory, and rows of
+    4001 (no whole 16-byte vectors to stage) decline; the segmenter, planning for that
+    target, agrees."""
     h100 = TARGETS["h100"]
     counts = {}
     for c in SEGMENTED_CASES:
@@ -365,20 +367,22 @@ def test_expected_segments_rule_follows_the_register_file(monkeypatch):
         counts[want.declined] = counts.get(want.declined, 0) + 1
         assert (want.declined is None) == (want.schedulers == ("inner_outer_persistent",)), c.name
     assert set(counts) == {None, NO_OUTER_REDUCTION, ROW_TOO_LONG, DIFFERENT_INNER_AXES}, counts
-    # a shape no other test segments (runners are cached per input signature, not target)
-    case = make_case("rms_bwd", 999, 4000, torch.bfloat16)
-    assert case.expected_segments(h100) == Segmentation(("inner_outer_persistent",))
     small = DeviceLimits(registers_per_sm=16 * 1024, name="quarter-registers")
-    want = Segmentation(("reduction", "inner_persistent"), ROW_TOO_LONG)
-    assert case.expected_segments(small) == want
     monkeypatch.setitem(TARGETS, "quarter", small)
-    monkeypatch.setenv(TARGET_ENV, "quarter")
-    assert case.expected_segments() == want  # a case's default: the planning target's
-    inputs = case.inputs("meta")
-    with FusionDefinition() as fd:
-        case.build(fd, inputs)
-    assert_segmented_as_expected(fd, inputs, _schedulers(fd, inputs), case, small, case.name)
-    assert "target: quarter-registers" in str(fd.segmented_fusion_for(inputs))
+    # shapes no other test segments (runners are cached per input signature, not target)
+    for n, want in ((4000, Segmentation(("inner_outer_persistent",))),
+                    (4001, Segmentation(("reduction", "inner_persistent"), ROW_TOO_LONG))):
+        case = make_case("rms_bwd", 999, n, torch.bfloat16)
+        assert case.expected_segments(h100) == Segmentation(("inner_outer_persistent",)), case.name
+        assert case.expected_segments(small) == want, case.name
+        monkeypatch.setenv(TARGET_ENV, "quarter")
+        assert case.expected_segments() == want  # a case's default: the planning target's
+        inputs = case.inputs("meta")
+        with FusionDefinition() as fd:
+            case.build(fd, inputs)
+        assert_segmented_as_expected(fd, inputs, _schedulers(fd, inputs), case, small, case.name)
+        assert "target: quarter-registers" in str(fd.segmented_fusion_for(inputs))
+        monkeypatch.delenv(TARGET_ENV)
 
 
 def test_seed001_tolerances():

@@ -105,6 +105,10 @@ SWEEPS: tuple[Sweep, ...] = (
     *_timed_both(Sweep("inner_max_bdx_sum_inner_fp32", "fuser.scheduler.reduction", "MAX_BDX", (128, 256, 512),
                        "sum_inner_fp32", ((2048, 16384), (1024, 32768), (4096, 16384), (512, 65536), (16384, 8192)),
                        "most threads along the row of an inner reduction (longer rows take serial steps)")),
+    # bf16 rows take 8 elements a vector: MAX_BDX binds only from rows of 32768
+    Sweep("inner_max_bdx_sum_inner_bf16", "fuser.scheduler.reduction", "MAX_BDX", (128, 256, 512),
+          "sum_inner_bf16", ((1024, 32768), (2048, 32768), (512, 65536), (256, 131072), (8192, 16384)),
+          "most threads along the row of an inner reduction (longer rows take serial steps)"),
     *(Sweep(f"persistent_row_loop_{f}", "fuser.scheduler.normalization", "PERSISTENT_ROW_LOOP",
             ("never", "weights", "always"), f, NORM_SHAPES,
             "inner-persistent blocks take rows in turn (a grid of resident blocks): never, where a weight "

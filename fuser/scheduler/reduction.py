@@ -103,8 +103,11 @@ from .vectorize import VECTOR_BYTES  # noqa: E402
 
 #: threads a reduction block aims for
 BLOCK_THREADS = 256
-#: most threads along a row
-MAX_BDX = 512
+#: most threads along a row (a float sum's longer rows take serial steps). `bench --sweep
+#: inner_max_bdx_sum_inner_fp32`, H100, us at 512 / 256: [2048, 16384] 52.3 / 44.3,
+#: [1024, 32768] 50.0 / 44.7, [4096, 16384] 100.8 / 86.5, [16384, 8192] 169.4 both
+#: (torch.compile's [2048, 16384]: 44.2)
+MAX_BDX = 256
 #: vector loads each thread issues per step of a reduction's serial loop
 UNROLL = 4
 #: ... at most, in an inner reduction (a sum's row in one step; Welford over 2-byte inputs)
