@@ -176,8 +176,11 @@ FAMILY_EXTENTS = (1, 2, 3, 4, 7, 8, 16, 32, 33, 64, 127, 128, 129, 256, 1025, 40
 #: the "norm_bwd" family: row counts and row lengths (the inner-outer scheduler takes
 #: rows enough for a block an SM: hundreds), and elements of its inputs at most
 NORM_ROWS = (1, 3, 33, 129, 256, 1025, 1025, 2049, 2049, 4097, 8193)
-NORM_ROW_LENGTHS = (1, 3, 7, 33, 64, 127, 128, 129, 256, 1024, 1025, 2048, 4097)
+NORM_ROW_LENGTHS = (1, 3, 7, 33, 64, 127, 128, 129, 256, 1024, 1025, 2048, 4097, 8193, 12288, 16385)
 NORM_NUMEL = 1 << 20
+#: ... and of an input whose rows are LONG_ROW elements or more: rows too long for a
+#: thread block's registers (held in shared-memory stages instead), hundreds of them
+LONG_ROW, LONG_ROW_NUMEL = 8192, 1 << 22
 #: the "big" family: universes of 1e5 .. BIG_NUMEL elements from these extents
 BIG_EXTENTS = (1, 3, 7, 33, 127, 129, 513, 1025, 2049, 4097, 8192, 16385, 65537, 131073, 1048577)
 BIG_NUMEL = 4_000_000
@@ -1601,16 +1604,21 @@ class _Gen:
         elif self.family == "norm_bwd":
             # rows (the leading axes) by a row (the last, or the last two): many rows of any
             # length, as the inner-outer scheduler's fusions have
-            self.numel_cap = 4 * NORM_NUMEL
             lead = rng.choice((1, 1, 1, 2))
             sizes = [rng.choice(NORM_ROWS) for _ in range(lead)] + [rng.choice(NORM_ROW_LENGTHS)]
-            while math.prod(sizes) > NORM_NUMEL:
+            def cap() -> int:
+                return LONG_ROW_NUMEL if sizes[-1] >= LONG_ROW else NORM_NUMEL
+
+            while math.prod(sizes) > cap():
                 k = max(range(len(sizes) - 1), key=lambda j: sizes[j])
                 rows = [e for e in NORM_ROWS if e < sizes[k]]
                 if rows and (sizes[-1] <= 64 or rng.random() < 0.5):  # fewer rows, or a shorter row
                     sizes[k] = rng.choice(rows)
                 else:
                     sizes[-1] = rng.choice([e for e in NORM_ROW_LENGTHS if e < sizes[-1]])
+            self.numel_cap = 4 * cap()
+            if sizes[-1] >= LONG_ROW:
+                self.tags.add("norm_bwd_long_row")
         elif self.family == "rotary":
             self.numel_cap = 4 * MAX_NUMEL
             for _ in range(200):
@@ -2855,10 +2863,17 @@ def _finite(mag: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
     return torch.where(torch.isfinite(mag), mag, torch.zeros((), dtype=torch.float64, device=mag.device))
 
 
-def _jitter(x: torch.Tensor, mag: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
-    """x moved by up to 1.75 * mag (elementwise), in a random direction."""
+def _jitter(x: torch.Tensor, mag: torch.Tensor, gen: torch.Generator, bias: int = 0) -> torch.Tensor:
+    """x moved by up to 1.75 * mag (elementwise): up where `bias` (this run's, ROUND_BIAS)
+    is +1, down where it is -1, in a random direction where 0. The runs thus take both
+    sides of every value, as `_round_near` does: three random draws that all moved a layer
+    norm's mean up gave its row, constant (variance 0, x - mean scaled by rsqrt(eps)), no
+    room on the other side, which a ReLU after it keeps (seed 1723 case 236: fuser's mean,
+    the sum / n of 33 equal floats, one ulp below them, gave 3.8e-5 where every run gave 0)."""
     x = x.double()
     sign, factor = _signs(x.shape, gen, x.device)
+    if bias:
+        sign = torch.full_like(sign, float(bias))
     return x + _finite(mag, x.shape) * factor * sign
 
 
@@ -2928,7 +2943,7 @@ def _perturb(line: TwinLine, ns: dict[str, Any], gen: torch.Generator, truth_ns:
         eps = line.perturb[1]
         for n in line.names:
             x = ns[n]
-            ns[n] = _jitter(x, eps * x.double().abs(), gen)
+            ns[n] = _jitter(x, eps * x.double().abs(), gen, bias)
     elif kind == "round":  # a half / bfloat16 result: float32 math (or a cast), then the rounding
         _, dt, src = line.perturb
         (name,) = line.names
@@ -2940,7 +2955,7 @@ def _perturb(line: TwinLine, ns: dict[str, Any], gen: torch.Generator, truth_ns:
         s = torch.sum(ns[src].double().abs(), dim=list(dims), keepdim=keepdim) if dims else ns[src].double().abs()
         mag = EPS32 * _clog(n) * s
         if rnd is None:
-            ns[name] = _jitter(ns[name], mag, gen)
+            ns[name] = _jitter(ns[name], mag, gen, bias)
         else:
             u, ut = unrounded(name)
             ns[name] = _round_near(u, mag + EPS32 * u.abs(), rnd, gen, ut, bias)
@@ -2949,7 +2964,7 @@ def _perturb(line: TwinLine, ns: dict[str, Any], gen: torch.Generator, truth_ns:
         (name,) = line.names
         if rnd is None:
             x = ns[name]
-            ns[name] = _jitter(x, EPS32 * (n + 2) * x.double().abs(), gen)
+            ns[name] = _jitter(x, EPS32 * (n + 2) * x.double().abs(), gen, bias)
         else:
             u, ut = unrounded(name)
             ns[name] = _round_near(u, EPS32 * (n + 2) * u.abs(), rnd, gen, ut, bias)
@@ -2963,7 +2978,7 @@ def _perturb(line: TwinLine, ns: dict[str, Any], gen: torch.Generator, truth_ns:
         mean_mag = c * sabs + EPS32 * mean.abs()
         var_mag = c * (var.abs() + 2 * mean.abs() * var.abs().sqrt()) + _var_floor(n, sabs) + EPS32 * var.abs()
         if rnd is None:
-            ns[mn], ns[vn] = _jitter(mean, mean_mag, gen), _jitter(var, var_mag, gen)
+            ns[mn], ns[vn] = _jitter(mean, mean_mag, gen, bias), _jitter(var, var_mag, gen, bias)
         else:
             tw = _wide(line, truth_ns) if truth_ns is not None else None
             ns[mn] = _round_near(mean, mean_mag, rnd, gen, tw[mn] if tw else None, bias)

@@ -156,7 +156,8 @@ NEW_FAMILY_TAGS = {
     "rotary": {"rotary_gptj", "rotary_neox", "rotary_neox_partial", "input_permuted", "input_expanded_multi"},
     "dropout": {"dropout", "rng_feeds_ops", "reduce_after_view"},
     "big": {"big_input", "odd_extent", "reduce_sum", "permute", "softmax"},
-    "norm_bwd": {"norm_bwd", "norm_bwd_weight", "norm_bwd_rstd", "norm_bwd_bias", "norm_bwd_two_row_axes",
+    "norm_bwd": {"norm_bwd", "norm_bwd_long_row", "norm_bwd_weight", "norm_bwd_rstd", "norm_bwd_bias",
+                 "norm_bwd_two_row_axes",
                  "input_row_stride", "input_permuted", "odd_extent", "reduce_broadcast_axis", "narrow_output"},
 }
 
@@ -173,7 +174,7 @@ def test_new_families_covered(family):
 def test_cases_stay_small():
     for i in range(150):
         c = generate(CPU_SEED, i)
-        limit = {"big": gpu_fuzz.BIG_NUMEL, "norm_bwd": gpu_fuzz.NORM_NUMEL}.get(c.family, 4 * gpu_fuzz.MAX_NUMEL)
+        limit = {"big": gpu_fuzz.BIG_NUMEL, "norm_bwd": gpu_fuzz.LONG_ROW_NUMEL}.get(c.family, 4 * gpu_fuzz.MAX_NUMEL)
         for v in gpu_fuzz.build_inputs(c, "meta"):
             if isinstance(v, torch.Tensor):
                 assert v.numel() <= limit and v.ndim <= 5, (c.id, c.family, tuple(v.shape))
