@@ -45,6 +45,18 @@ def pytest_collection_modifyitems(config, items):
             names.insert(0, "kernel_writes_checked")
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _repro_scripts_in_pytest_temp(tmp_path_factory):
+    """A failed execute writes its repro script to the temp directory (many tests fail
+    executes on purpose): for the session that is pytest's own, which it prunes, not /tmp."""
+    import tempfile
+
+    saved = tempfile.tempdir
+    tempfile.tempdir = str(tmp_path_factory.mktemp("tempdir"))
+    yield
+    tempfile.tempdir = saved
+
+
 @pytest.fixture(autouse=True)
 def _inner_outer_at_any_rows(monkeypatch):
     """Tests run fusions with reductions along and across rows at the sizes the simulator
