@@ -1,11 +1,14 @@
-"""Four random fusions whose GPU outputs an independent fuzzer found wrong (H200, 46981ae):
-slices, pads, cats and reshapes of broadcast values, var_means, reductions of broadcast
-values, permuted, sliced and expanded inputs (tests/fixtures/gpu_mismatches/, nvFuser's
-repro format with a header describing each input). Their causes: a pointwise kernel with
-no bounds predicate over a reference axis that a reshape's split defines (the threads past
-its extent wrote the next rows), an output reached through reshapes of broadcasts written
-only by the threads at index 0 of axes its indices do depend on, and vectors straddling a
-width-1 slice's stop (the misaligned stores that killed the context on an interleaved RoPE).
+"""Four random fusions whose GPU outputs an independent fuzzer found wrong (H200, 46981ae),
+and one the CPU kernel simulator found (case_sim23030_1658): slices, pads, cats and
+reshapes of broadcast values, var_means, reductions of broadcast values, permuted, sliced
+and expanded inputs (tests/fixtures/gpu_mismatches/, nvFuser's repro format with a header
+describing each input). Their causes: a pointwise kernel with no bounds predicate over a
+reference axis that a reshape's split defines (the threads past its extent wrote the next
+rows), an output reached through reshapes of broadcasts written only by the threads at
+index 0 of axes its indices do depend on, vectors straddling a width-1 slice's stop (the
+misaligned stores that killed the context on an interleaved RoPE), and an input's
+broadcast axis read at two positions, which joined the reference's 16-axis to its trailing
+broadcast, so that the reference output was written only at index 0 of the 16-axis.
 
 On the CPU every generated kernel of each case is simulated (out-of-bounds and misaligned
 accesses fault, outputs start as NaN) against the reference executor; on the GPU each case

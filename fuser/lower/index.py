@@ -189,7 +189,19 @@ class TensorIndexer:
             if len(set(cls)) != len(cls):
                 raise NotLowerable(f"{tv!r} has two axes the fusion maps onto each other")
         self._classes = _Classes(fusion)
-        self._ref_by_class = {self._classes.find(r): r for r in self.ref_logical}
+        # the permissive classes join a broadcast axis to whatever it meets: an input's one
+        # broadcast axis read at two positions joins both (seed 23030 case 1658: T0's [1]
+        # reaching a where's 16-axis through one path and its trailing [1] through another).
+        # A class holding a concrete reference axis stands for it, never for a broadcast one
+        # beside it (the output of all four axes was written only at index 0 of the 16-axis,
+        # as if it lacked it); two concrete reference axes in one class cannot be told apart
+        self._ref_by_class: dict[IterDomain, IterDomain] = {}
+        for r in sorted(self.ref_logical, key=lambda r: not r.is_broadcast):
+            c = self._classes.find(r)
+            seen = self._ref_by_class.get(c)
+            if seen is not None and not seen.is_broadcast and not r.is_broadcast:
+                raise NotLowerable(f"{ref!r}: axes {seen!r} and {r!r} map onto each other")
+            self._ref_by_class[c] = r
         #: the reshapes' position relations (runs of equal element counts, by this call's
         #: sizes): what relates a symbolic reshape's sides, which have no Split/Merge
         self._reshape_runs = sub._reshape_relations() if RESHAPE in sub.kinds else []
