@@ -105,6 +105,13 @@ SWEEPS: tuple[Sweep, ...] = (
     *_timed_both(Sweep("inner_max_bdx_sum_inner_fp32", "fuser.scheduler.reduction", "MAX_BDX", (128, 256, 512),
                        "sum_inner_fp32", ((2048, 16384), (1024, 32768), (4096, 16384), (512, 65536), (16384, 8192)),
                        "most threads along the row of an inner reduction (longer rows take serial steps)")),
+    *(Sweep(f"welford_corrected_mean_{f}", "fuser.lower.reduction", "WELFORD_CORRECTED_MEAN", (False, True), f,
+            shapes, "var_mean also sums the deviations from sum / n and corrects the mean and M2 by them "
+            "(rows of equal values exact)")
+      for f, shapes in (("layernorm_fwd_bf16", ((16384, 4096), (2048, 16384), (16384, 1024))),
+                        ("layernorm_fwd_fp32", ((16384, 4096), (2048, 16384))),
+                        ("var_mean_bf16", ((16384, 4096), (2048, 16384), (1024, 32768), (16384, 1024))),
+                        ("var_mean_fp32", ((16384, 4096), (1024, 32768))))),
     # bf16 rows take 8 elements a vector: MAX_BDX binds only from rows of 32768
     Sweep("inner_max_bdx_sum_inner_bf16", "fuser.scheduler.reduction", "MAX_BDX", (128, 256, 512),
           "sum_inner_bf16", ((1024, 32768), (2048, 32768), (512, 65536), (256, 131072), (8192, 16384)),
