@@ -46,15 +46,19 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(autouse=True, scope="session")
-def _repro_scripts_in_pytest_temp(tmp_path_factory):
+def _repro_scripts_in_a_session_temp():
     """A failed execute writes its repro script to the temp directory (many tests fail
-    executes on purpose): for the session that is pytest's own, which it prunes, not /tmp."""
+    executes on purpose): for the session that is a directory of its own, removed after.
+    (Not pytest's tmp_path_factory: two torchrun ranks pruning its numbered directories at
+    once warn that they cannot remove each other's.)"""
     import tempfile
 
     saved = tempfile.tempdir
-    tempfile.tempdir = str(tmp_path_factory.mktemp("tempdir"))
+    own = tempfile.mkdtemp(prefix="fuser-tests-")
+    tempfile.tempdir = own
     yield
     tempfile.tempdir = saved
+    shutil.rmtree(own, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)
