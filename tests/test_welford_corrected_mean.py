@@ -89,10 +89,10 @@ def test_corrected_var_mean_of_random_rows_matches_float64(switches, n, normalis
     var, mean = torch.var_mean(x.double(), dim=1, correction=0)
     # float32 sums of n terms: within a few ulps of their magnitude
     torch.testing.assert_close(out["mean"].double(), mean, rtol=0, atol=1e-6)
-    torch.testing.assert_close(out["var"].double(), var, rtol=2e-6, atol=0)
+    torch.testing.assert_close(out["var"].double(), var, rtol=1e-5, atol=0)
     if normalised:
         y = (x.double() - mean[:, None]) * torch.rsqrt(var[:, None] + 1e-5)
-        torch.testing.assert_close(out["y"].double(), y, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(out["y"].double(), y, rtol=2e-5, atol=2e-5)
 
 
 @pytest.mark.nvcc
@@ -135,7 +135,7 @@ def test_equal_rows_are_exact_on_the_gpu(switches, poisoned_kernel_outputs, n, n
     *y, mean, var = fd.execute([xr])
     v64, m64 = torch.var_mean(xr.double(), dim=1, correction=0)
     torch.testing.assert_close(mean.double(), m64, rtol=0, atol=1e-6)
-    torch.testing.assert_close(var.double(), v64, rtol=2e-6, atol=0)
+    torch.testing.assert_close(var.double(), v64, rtol=1e-5, atol=0)
     if normalised:
         y64 = (xr.double() - m64[:, None]) * torch.rsqrt(v64[:, None] + 1e-5)
-        torch.testing.assert_close(y[0].double(), y64, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(y[0].double(), y64, rtol=2e-5, atol=2e-5)
