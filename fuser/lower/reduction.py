@@ -96,13 +96,14 @@ PERSISTENT_CACHE_HINTS = "plain"
 #: (An earlier tile merge, a division and a merge call per lane holding the tile's floats,
 #: was slower than value by value: H200 bf16 [16384, 4096] 164.7 against 135.4.)
 OUTER_WELFORD_ONLINE = False
-#: an inner-persistent var_mean (its row in registers: the sum, then the squared deviations
-#: from sum / n) also sums the deviations themselves and corrects by them: mean + sum(d) / n
-#: and m2 - sum(d)^2 / n (the corrected two-pass algorithm). sum / n of equal floats can
-#: land an ulp off them; a layer norm of such a row (variance 0) then scales that ulp by
-#: rsqrt(eps), 3.8e-5 where PyTorch's Welford gives 0 (gpu_fuzz seed 1723 case 236, a row
-#: of 33 expanded from one value). Costs a third block reduction a row: off until measured,
-#: `bench --sweep welford_corrected_mean_*`.
+#: an inner var_mean's two passes (the sum, then the squared deviations from sum / n; over
+#: a row held in registers, or over each thread's tile before Welford's merge) also sum the
+#: deviations themselves and correct by them: mean + sum(d) / n and m2 - sum(d)^2 / n (the
+#: corrected two-pass algorithm). sum / n of equal floats can land an ulp off them; a layer
+#: norm of such a row (variance 0) then scales that ulp by rsqrt(eps), 3.8e-5 where
+#: PyTorch's Welford gives 0 (gpu_fuzz seed 1723 case 236, a row of 33 expanded from one
+#: value). Costs a third block reduction a held row: off until measured, `bench --sweep
+#: welford_corrected_mean_*`.
 WELFORD_CORRECTED_MEAN = False
 #: whether a kernel that keeps its first pass's values (ReductionParams.keep_first_pass)
 #: still launders its loaded inputs before later passes. Laundering the inputs loaded once
@@ -685,15 +686,11 @@ class ReductionLowering:
             # (the block reductions in the order they run: each alternates scratch buffers)
             sums = self._block_allreduce(Var(tsum), add, acc_dt, False)
             squares = self._block_allreduce(Var(tm2), add, acc_dt, False)
-            correct = []
-            if WELFORD_CORRECTED_MEAN:
-                tdev = f"wdev{n}"
-                second = second + [Assign(Var(tdev), kir.Binary(add, Var(tdev), dev, acc_dt, acc_dt, acc_dt))]
-                correct = self._corrected_mean(tmean, tm2, tdev, count, acc_dt)
+            start, each, correct = self._corrected_mean(n, dev, tmean, tm2, count, acc_dt)
+            second = second + each
             merge = [sums,
                      Assign(Var(tcnt), self.n_cols),
-                     Decl(tmean, acc_dt, None, mean), Decl(tm2, acc_dt, None, kir.Const(0, acc_dt)),
-                     *([Decl(f"wdev{n}", acc_dt, None, kir.Const(0, acc_dt))] if correct else []),
+                     Decl(tmean, acc_dt, None, mean), Decl(tm2, acc_dt, None, kir.Const(0, acc_dt)), *start,
                      *again,
                      For(u, IntLit(self.U), [If(pred, self._over_lanes(second))], unroll=True, dtype=DataType.Int32),
                      squares,
@@ -712,38 +709,35 @@ class ReductionLowering:
             merge = self._chunk_lanes(e, name, acc_dt, value, pred)
         else:
             # (corrected per thread's tile: Welford's merges keep equal means exact)
-            correct = []
-            if WELFORD_CORRECTED_MEAN:
-                tdev = f"wdev{n}"
-                second = second + [Assign(Var(tdev), kir.Binary(kir.BinaryOpType.Add, Var(tdev), dev, acc_dt, acc_dt,
-                                                                acc_dt))]
-                correct = self._corrected_mean(tmean, tm2, tdev, count, acc_dt, over_block=False)
-            merge = [Decl(tmean, acc_dt, None, mean), Decl(tm2, acc_dt, None, kir.Const(0, acc_dt)),
-                     *([Decl(f"wdev{n}", acc_dt, None, kir.Const(0, acc_dt))] if correct else []),
+            start, each, correct = self._corrected_mean(n, dev, tmean, tm2, count, acc_dt, over_block=False)
+            second = second + each
+            merge = [Decl(tmean, acc_dt, None, mean), Decl(tm2, acc_dt, None, kir.Const(0, acc_dt)), *start,
                      For(u, IntLit(self.U), [If(pred, self._over_lanes(second))], unroll=True, dtype=DataType.Int32),
                      *correct,
                      kir.WelfordMerge(acc, Var(tmean), Var(tm2), at(tcnt))]
         return decls, per_value, merge
 
-    def _corrected_mean(self, tmean: str, tm2: str, tdev: str, count, acc_dt: DataType,
-                        over_block: bool = True) -> list:
-        """Statements after the squared deviations of a two-pass row (or of a thread's tile,
-        without `over_block`) (WELFORD_CORRECTED_MEAN): the deviations' sum combined over
-        the block, then the mean moved by its share of it and the squared deviations' sum
-        reduced by what that move explains (never below 0: for equal values both terms are
-        the same n * d^2)."""
+    def _corrected_mean(self, n: str, dev, tmean: str, tm2: str, count, acc_dt: DataType,
+                        over_block: bool = True) -> tuple[list, list, list]:
+        """WELFORD_CORRECTED_MEAN's statements for a two-pass row (or a thread's tile, without
+        `over_block`): (before the second pass, in it for each value `dev` = x - mean, after
+        it); all empty with the switch off. After: the deviations' sum combined over the
+        block, the mean moved by its share of it, and the squared deviations' sum reduced by
+        what that move explains (never below 0: for equal values both terms are n * d^2)."""
+        if not WELFORD_CORRECTED_MEAN:
+            return [], [], []
         B = kir.BinaryOpType
 
         def fl(a, b, op):
             return kir.Binary(op, a, b, acc_dt, acc_dt, acc_dt)
 
-        shift = f"{tdev}s"
-        combine = [self._block_allreduce(Var(tdev), B.Add, acc_dt, False)] if over_block else []
-        return [*combine,
-                Decl(shift, acc_dt, None, fl(Var(tdev), count, B.Div)),
-                Assign(Var(tm2), fl(fl(Var(tm2), fl(Var(tdev), Var(shift), B.Mul), B.Sub), kir.Const(0, acc_dt),
-                                    B.Max)),
-                Assign(Var(tmean), fl(Var(tmean), Var(shift), B.Add))]
+        tdev, shift = Var(f"wdev{n}"), f"wdev{n}s"
+        combine = [self._block_allreduce(tdev, B.Add, acc_dt, False)] if over_block else []
+        after = [*combine,
+                 Decl(shift, acc_dt, None, fl(tdev, count, B.Div)),
+                 Assign(Var(tm2), fl(fl(Var(tm2), fl(tdev, Var(shift), B.Mul), B.Sub), kir.Const(0, acc_dt), B.Max)),
+                 Assign(Var(tmean), fl(Var(tmean), Var(shift), B.Add))]
+        return [Decl(tdev.name, acc_dt, None, kir.Const(0, acc_dt))], [Assign(tdev, fl(tdev, dev, B.Add))], after
 
     def _chunk_lanes(self, e: WelfordOp, name: str, acc_dt: DataType, value, pred) -> list:
         """Statements after the tile of an outer Welford reduction that merges each step's
