@@ -47,16 +47,10 @@ def _simulated(fd: FusionDefinition, x: torch.Tensor, scheduler: str) -> dict[st
     """The kernel's outputs by role (y, mean, var), simulated on `x`."""
     from kernel_sim import simulate_kernel
 
-    from fuser.frontend.fusion_definition import _flatten_inputs
-    from fuser.host.executor import segmented_runner
-    from fuser.kernel import prepare_kernel
-
-    fd._ensure_defined()
-    runner = segmented_runner(fd._entry, _flatten_inputs([x]), None)
-    (run,) = runner.runs
-    assert str(run.group.scheduler) == scheduler
-    k = prepare_kernel(run.group.scheduler, run.fusion, [x], torch.device("cpu"))
-    got = dict(zip(map(str, run.outputs), simulate_kernel(k, [x])))
+    (group,) = fd.segmented_fusion_for([x]).groups
+    assert str(group.scheduler) == scheduler
+    (k,) = fd._kernels_for([x], "test")
+    got = dict(zip(map(str, group.outputs), simulate_kernel(k, [x])))
     names = ("y", "mean", "var") if len(fd.fusion.outputs) == 3 else ("mean", "var")
     return {role: got[str(v)] for role, v in zip(names, fd.fusion.outputs)}
 
