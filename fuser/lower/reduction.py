@@ -102,8 +102,10 @@ OUTER_WELFORD_ONLINE = False
 #: corrected two-pass algorithm). sum / n of equal floats can land an ulp off them; a layer
 #: norm of such a row (variance 0) then scales that ulp by rsqrt(eps), 3.8e-5 where
 #: PyTorch's Welford gives 0 (gpu_fuzz seed 1723 case 236, a row of 33 expanded from one
-#: value). Costs a third block reduction a held row: off until measured, `bench --sweep
-#: welford_corrected_mean_*`.
+#: value). Off: it costs a held row about 14% where few rows share the GPU (H100, `bench
+#: --sweep welford_corrected_mean_*`: LayerNorm fwd bf16 [2048, 16384] 47.9 -> 54.1 us, fp32
+#: 100.2 -> 113.4; level at [16384, 4096]). The third block reduction is not the cost: with
+#: the deviations' sum folded into M2's (one pair reduction) it took 54.6 and 116.6.
 WELFORD_CORRECTED_MEAN = False
 #: whether a kernel that keeps its first pass's values (ReductionParams.keep_first_pass)
 #: still launders its loaded inputs before later passes. Laundering the inputs loaded once
