@@ -374,10 +374,14 @@ class Simulator(rs.Simulator):
         for s in stmts:
             m = mask & self.alive
             if bool(m.any()):
-                self.budget -= self.n + 20000
-                if self.budget < 0:
-                    raise OverBudget("the simulation's step budget")
+                self._charge(1)
                 self.stmt(s, m)
+
+    def _charge(self, steps: int) -> None:
+        """Take `steps` statement-steps of the grid from the budget (OverBudget past it)."""
+        self.budget -= steps * (self.n + 20000)
+        if self.budget < 0:
+            raise OverBudget("the simulation's step budget")
 
     def stmt(self, s, mask: torch.Tensor) -> None:
         t = type(s)
@@ -621,6 +625,7 @@ class Simulator(rs.Simulator):
         c = c0 + self.local % w
         valid = mask & (c < n_cols)
         init = cast(self.value(s.init, mask), s.dtype, s.dtype).expand(self.n)
+        self._charge(k * parts)  # (the helper's loop over the partials, for each work buffer)
         for out, work in zip(s.outs, s.works):
             mem = self.env[work.name]
             acc = init.clone()
