@@ -132,6 +132,14 @@ def _tid(p: ParallelType) -> kir.Expr:
     return IndexCast(ParallelIndex(p))
 
 
+def _float_ops(acc_dt: DataType):
+    """`fl(a, b, op, a_dt=acc_dt)`: the Fusion IR binary op `op` giving an `acc_dt` value, of
+    an `a_dt` left operand and an `acc_dt` right one (the Welford arithmetic's form)."""
+    def fl(a, b, op, a_dt=acc_dt):
+        return kir.Binary(op, a, b, a_dt, acc_dt, acc_dt)
+    return fl
+
+
 class ReductionLowering:
     """Builds the kernel IR of one scheduled reduction or inner-persistent fusion."""
 
@@ -729,9 +737,7 @@ class ReductionLowering:
         if not WELFORD_CORRECTED_MEAN:
             return [], [], []
         B = kir.BinaryOpType
-
-        def fl(a, b, op):
-            return kir.Binary(op, a, b, acc_dt, acc_dt, acc_dt)
+        fl = _float_ops(acc_dt)
 
         tdev, shift = Var(f"wdev{n}"), f"wdev{n}s"
         combine = [self._block_allreduce(tdev, B.Add, acc_dt, False)] if over_block else []
@@ -756,9 +762,7 @@ class ReductionLowering:
         acc = Element(Var(name), v)
         tsum, tcnt, tmean, tm2 = (f"{w}{n}" for w in ("wsum", "wcnt", "wmean", "wm2"))
         before, rcp, weight, spread, dev = (Var(f"{w}{n}") for w in ("wn", "wr", "ww", "wnw", "wdl"))
-
-        def fl(a, b, op, a_dt=acc_dt):
-            return kir.Binary(op, a, b, a_dt, acc_dt, acc_dt)
+        fl = _float_ops(acc_dt)
 
         count = Element(Var(tcnt), IntLit(0))
         total = kir.IndexBinary(B.Add, before, count)
@@ -794,9 +798,7 @@ class ReductionLowering:
         u, v = Var("u"), Var("v")
         acc = Element(Var(name), v)
         dev = Var(f"wd{n}")
-
-        def fl(a, b, op, a_dt=acc_dt):
-            return kir.Binary(op, a, b, a_dt, acc_dt, acc_dt)
+        fl = _float_ops(acc_dt)
 
         count = fl(Var(f"wb{n}"), Cast(kir.IndexBinary(B.Add, u, IntLit(1)), DataType.Int32, acc_dt), B.Add)
         weight = fl(kir.Const(1, acc_dt), count, B.Div)
