@@ -152,14 +152,24 @@ def expected_segments(pattern: str, shape: tuple, dtype: torch.dtype, layout: st
         return Segmentation(("reduction", "inner_outer_persistent"), DIFFERENT_INNER_AXES)
     if pattern == "ln_bwd" and layout == "transposed" and dtype == torch.float32:
         return Segmentation(("inner_outer_persistent", "reduction"), DIFFERENT_INNER_AXES)
-    held = 3 * size + 4 * (1 if pattern == "rms_bwd" else 2)
-    if held * n > budget:
-        staged = 2 * size if layout == "contiguous" and n % (16 // size) == 0 else 0  # grad and x
-        if (staged and (held - staged) * n <= limits.register_file_bytes * STAGED_REGISTER_FRACTION
-                and 2 * staged * n <= stage_budget(limits)):
-            return Segmentation(("inner_outer_persistent",))
+    if not rows_fit_one_kernel(pattern, size, n, limits, contiguous=layout == "contiguous"):
         return Segmentation(("reduction", "inner_persistent" if dx_fits else "reduction"), ROW_TOO_LONG)
     return Segmentation(("inner_outer_persistent",))
+
+
+def rows_fit_one_kernel(pattern: str, size: int, n: int, limits: DeviceLimits, contiguous: bool = True) -> bool:
+    """Whether RMSNorm / LayerNorm backward rows of `n` elements of `size` bytes fit one
+    inner-outer kernel: held per element in the register budget (grad, x and the weight, and
+    a float accumulator per outer reduction: dweight; and dbias), or, for contiguous rows of
+    whole 16-byte vectors, grad and x staged in shared memory (two rows of each within the
+    stage budget) and the rest within STAGED_REGISTER_FRACTION of the register file."""
+    held = 3 * size + 4 * (1 if pattern == "rms_bwd" else 2)
+    if held * n <= register_budget(limits):
+        return True
+    staged = 2 * size  # grad and x
+    return (contiguous and n % (16 // size) == 0
+            and (held - staged) * n <= limits.register_file_bytes * STAGED_REGISTER_FRACTION
+            and 2 * staged * n <= stage_budget(limits))
 
 
 # ----------------------------------------------------------------------------------------------

@@ -8,6 +8,8 @@ import torch
 
 from fuser import DataType, FusionDefinition
 from cuda_units import compile_all, ptxas_usage
+from fuser.scheduler.runtime_info import DeviceLimits
+from normalization_backward_cases import rows_fit_one_kernel
 
 _DT = {torch.float32: DataType.Float, torch.bfloat16: DataType.BFloat16, torch.float16: DataType.Half}
 
@@ -78,15 +80,10 @@ def test_norm_backward_kernels_compile_for_sm90():
         for m, n in SHAPES:
             for dtype in (torch.float32, torch.bfloat16, torch.float16):
                 src = _code(kind, m, n, dtype)
-                # held per element of a row: grad, x and weight, and a float accumulator per
-                # column output; half of an H100's 256 KiB register file holds the rows
-                acc = 4 * (1 if kind == "rms" else 2)
-                held = 3 * dtype.itemsize + acc
-                # longer rows still run as one kernel where it holds only the weight and the
-                # accumulators (70% of the file), grad and x going through shared memory, two
-                # rows of them in 128 KiB (normalization.INNER_OUTER_STAGED_FIT)
-                staged_fit = (dtype.itemsize + acc) * n <= 0.7 * 256 * 1024 and 2 * 2 * dtype.itemsize * n <= 128 * 1024
-                if held * n <= 128 * 1024 or staged_fit:
+                # rows held in registers, or staged (normalization.INNER_OUTER_STAGED_FIT),
+                # by the rule the segmentation tests check
+                pattern = "rms_bwd" if kind == "rms" else "ln_bwd"
+                if rows_fit_one_kernel(pattern, dtype.itemsize, n, DeviceLimits.target()):
                     assert src.count("__global__") == 1 and "fuser_inner_outer" in src, (kind, m, n, dtype)
                 else:  # split into kernels that do not hold the rows
                     assert src.count("__global__") >= 2, (kind, m, n, dtype)
