@@ -143,6 +143,15 @@ SWEEPS: tuple[Sweep, ...] = (
             ("plain", "streaming", "stores", "loads"), f, NORM_SHAPES, "the same (or only loaded evict-first, "
             "as nvFuser's are), each call right after its input's producer", after_producer=True)
       for f in ("rmsnorm_fwd_bf16", "layernorm_fwd_bf16", "softmax_fwd_bf16")),
+    # ... with the rows taken in order, as nvFuser takes them: its loads and stores are both
+    # evict-first (ld.global.cs, st.global.cs), so the input lines its producer left in L2
+    # (spread over the whole input, denser towards its end: ncu, H100, after torch.randn)
+    # survive until the kernel reaches them
+    *(Sweep(f"persistent_cache_hints_in_order_after_producer_{f}", "fuser.lower.reduction",
+            "PERSISTENT_CACHE_HINTS", ("plain", "streaming", "loads"), f, NORM_SHAPES,
+            "the same with blocks taking rows in order (BLOCKS_FROM_END off), each call right after its "
+            "input's producer", fixed=(("fuser.lower.kir", "BLOCKS_FROM_END", False),), after_producer=True)
+      for f in ("rmsnorm_fwd_bf16", "layernorm_fwd_bf16", "softmax_fwd_bf16")),
     *_timed_both(Sweep("pointwise_stream_stores", "fuser.lower.pointwise", "POINTWISE_STREAM_STORES", (False, True),
                       "gelu_tanh_bf16", GELU_SHAPES,
                       "a pointwise kernel's vector stores plain or evict-first (st.global.cs)")),
