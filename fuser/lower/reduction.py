@@ -74,8 +74,9 @@ _INDEX_DTYPE = {"int32": DataType.Int32, "int64": DataType.Int}
 #: read or written once): "plain"; "streaming", loaded with ld.global.cs and stored with
 #: st.global.cs (evict first); "stores", only the stores evict-first (the outputs' writes
 #: then leave in L2 the input rows its producer wrote last that the kernel has yet to read);
-#: "loads", only the loads, as nvFuser's inner-persistent kernels (its generated code for
-#: RMSNorm and LayerNorm forward). Weights (columns only) load plainly.
+#: "loads", only the loads. nvFuser's kernels are "streaming" with rows in order: its
+#: generated code loads rows with CacheOp::Streaming, and its runtime's vector stores
+#: (loadLocalToGlobal, 0.2.35) are st.global.cs. Weights (columns only) load plainly.
 #: `bench --sweep persistent_cache_hints_*` (RMSNorm, LayerNorm, softmax bf16, rotating
 #: cold inputs): streaming is 1-3% faster at [16384, 1024] and up to 7% slower at [2048,
 #: 16384] on an H100 and an H200, level elsewhere. Right after the input's producer
@@ -84,6 +85,9 @@ _INDEX_DTYPE = {"int32": DataType.Int32, "int64": DataType.Int}
 #: LayerNorm 91.2 / 91.2 / 90.9 / 91.2, 49.0 / 50.3 / 49.5 / 49.8; softmax 90.1 / 90.8 /
 #: 89.8 / 90.7, 49.5 / 49.8 / 50.7 / 50.6. Streaming and loads are 1-4% faster at [16384,
 #: 1024], the others up to 3% slower at [2048, 16384], all within 1% of plain elsewhere: plain.
+#: First run after torch.randn (ncu, H100, RMSNorm bf16 [16384, 4096], µs): from the end
+#: plain 88.8, loads 89.9; in order plain 92.2, loads 93.0; nvFuser 87.5. In order with
+#: streaming is `persistent_cache_hints_in_order_after_producer_*`.
 PERSISTENT_CACHE_HINTS = "plain"
 #: an outer Welford reduction with vectors updates each lane's mean and M2 value by value
 #: (True: Welford's update, the reciprocal of the count shared by the lanes) or merges each
