@@ -140,8 +140,8 @@ SWEEPS: tuple[Sweep, ...] = (
     # ... timed right after a copy rewrites the input, as the anchors' first run (where
     # nvFuser, evict-first throughout, leads the forward norms by 2-3% on an H100)
     *(Sweep(f"persistent_cache_hints_after_producer_{f}", "fuser.lower.reduction", "PERSISTENT_CACHE_HINTS",
-            ("plain", "streaming", "stores", "loads"), f, NORM_SHAPES, "the same (or only loaded evict-first, "
-            "as nvFuser's are), each call right after its input's producer", after_producer=True)
+            ("plain", "streaming", "stores", "loads"), f, NORM_SHAPES, "the same (or only loaded evict-first), "
+            "each call right after its input's producer", after_producer=True)
       for f in ("rmsnorm_fwd_bf16", "layernorm_fwd_bf16", "softmax_fwd_bf16")),
     # ... with the rows taken in order, as nvFuser takes them: its loads and stores are both
     # evict-first (ld.global.cs, st.global.cs), so the input lines its producer left in L2

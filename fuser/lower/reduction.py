@@ -87,7 +87,7 @@ _INDEX_DTYPE = {"int32": DataType.Int32, "int64": DataType.Int}
 #: 1024], the others up to 3% slower at [2048, 16384], all within 1% of plain elsewhere: plain.
 #: First run after torch.randn (ncu, H100, RMSNorm bf16 [16384, 4096], µs): from the end
 #: plain 88.8, loads 89.9; in order plain 92.2, loads 93.0; nvFuser 87.5. In order with
-#: streaming is `persistent_cache_hints_in_order_after_producer_*`.
+#: streaming (nvFuser's plan) is not timed yet: `persistent_cache_hints_in_order_*`.
 PERSISTENT_CACHE_HINTS = "plain"
 #: an outer Welford reduction with vectors updates each lane's mean and M2 value by value
 #: (True: Welford's update, the reciprocal of the count shared by the lanes) or merges each
