@@ -138,19 +138,17 @@ SWEEPS: tuple[Sweep, ...] = (
             "stored plainly, evict-first (ld.global.cs / st.global.cs), or only stored evict-first")
       for f in ("rmsnorm_fwd_bf16", "layernorm_fwd_bf16", "softmax_fwd_bf16", "layernorm_fwd_fp32")),
     # ... timed right after a copy rewrites the input, as the anchors' first run (where
-    # nvFuser, evict-first throughout, leads the forward norms by 2-3% on an H100)
-    *(Sweep(f"persistent_cache_hints_after_producer_{f}", "fuser.lower.reduction", "PERSISTENT_CACHE_HINTS",
-            ("plain", "streaming", "stores", "loads"), f, NORM_SHAPES, "the same (or only loaded evict-first), "
-            "each call right after its input's producer", after_producer=True)
-      for f in ("rmsnorm_fwd_bf16", "layernorm_fwd_bf16", "softmax_fwd_bf16")),
-    # ... with the rows taken in order, as nvFuser takes them: its loads and stores are both
-    # evict-first (ld.global.cs, st.global.cs), so the input lines its producer left in L2
-    # (spread over the whole input, denser towards its end: ncu, H100, after torch.randn)
-    # survive until the kernel reaches them
-    *(Sweep(f"persistent_cache_hints_in_order_after_producer_{f}", "fuser.lower.reduction",
-            "PERSISTENT_CACHE_HINTS", ("plain", "streaming", "loads"), f, NORM_SHAPES,
-            "the same with blocks taking rows in order (BLOCKS_FROM_END off), each call right after its "
-            "input's producer", fixed=(("fuser.lower.kir", "BLOCKS_FROM_END", False),), after_producer=True)
+    # nvFuser, evict-first throughout, leads the forward norms by 2-3% on an H100), with the
+    # rows from the end (fuser's order) and in order (nvFuser's: its loads and stores both
+    # evict-first, the input lines its producer left in L2, spread over the whole input and
+    # denser towards its end (ncu, H100, after torch.randn), survive until it reaches them)
+    *(Sweep(f"persistent_cache_hints{order}_after_producer_{f}", "fuser.lower.reduction",
+            "PERSISTENT_CACHE_HINTS", ("plain", "streaming", "stores", "loads"), f, NORM_SHAPES,
+            f"the same (or only loaded evict-first){about}, each call right after its input's producer",
+            fixed=fixed, after_producer=True)
+      for order, about, fixed in (("", "", ()),
+                                  ("_in_order", ", rows in order (BLOCKS_FROM_END off)",
+                                   (("fuser.lower.kir", "BLOCKS_FROM_END", False),)))
       for f in ("rmsnorm_fwd_bf16", "layernorm_fwd_bf16", "softmax_fwd_bf16")),
     *_timed_both(Sweep("pointwise_stream_stores", "fuser.lower.pointwise", "POINTWISE_STREAM_STORES", (False, True),
                       "gelu_tanh_bf16", GELU_SHAPES,
