@@ -56,6 +56,9 @@ GELU_SHAPES = ((16384, 8192), (4096, 4096), (1024, 1024))
 #: rows of bf16 that overflow an inner-outer kernel's registers (and one that does not)
 STAGED_FIT_SHAPES = ((2048, 16384), (4096, 16384), (8192, 16384), (2048, 12288), (16384, 4096))
 
+#: the backward norms' bench shapes, one row per block down to many rows a block
+BACKWARD_SHAPES = ((16384, 4096), (8192, 8192), (2048, 16384), (16384, 1024))
+
 #: batch norm's shapes: too many rows to hold (two kernels) down to rows held by one grid
 BN_SHAPES = ((16384, 4096), (8192, 8192), (2048, 16384), (1024, 1000), (128, 1000))
 
@@ -137,6 +140,12 @@ SWEEPS: tuple[Sweep, ...] = (
             ("plain", "streaming", "stores"), f, NORM_SHAPES, "an inner-persistent kernel's row tensors loaded and "
             "stored plainly, evict-first (ld.global.cs / st.global.cs), or only stored evict-first")
       for f in ("rmsnorm_fwd_bf16", "layernorm_fwd_bf16", "softmax_fwd_bf16", "layernorm_fwd_fp32")),
+    # the backward kernels' row tensors take the same hints (their inner-persistent and
+    # inner-outer kernels: the rows they read once and dx)
+    *(Sweep(f"persistent_cache_hints_{f}", "fuser.lower.reduction", "PERSISTENT_CACHE_HINTS",
+            ("plain", "streaming", "stores", "loads"), f, shapes, "the same in a backward fusion")
+      for f, shapes in (("rmsnorm_bwd_bf16", BACKWARD_SHAPES), ("layernorm_bwd_bf16", BACKWARD_SHAPES),
+                        ("softmax_bwd_bf16", BACKWARD_SHAPES), ("seed001_rmsnorm_bwd_bf16", (SEED001_SHAPE,)))),
     # ... timed right after a copy rewrites the input, as the anchors' first run (where
     # nvFuser, evict-first throughout, leads the forward norms by 2-3% on an H100), with the
     # rows from the end (fuser's order) and in order (nvFuser's: its loads and stores both
