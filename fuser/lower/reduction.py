@@ -85,12 +85,12 @@ _INDEX_DTYPE = {"int32": DataType.Int32, "int64": DataType.Int}
 #: LayerNorm 91.2 / 91.2 / 90.9 / 91.2, 49.0 / 50.3 / 49.5 / 49.8; softmax 90.1 / 90.8 /
 #: 89.8 / 90.7, 49.5 / 49.8 / 50.7 / 50.6. Streaming and loads are 1-4% faster at [16384,
 #: 1024], the others up to 3% slower at [2048, 16384], all within 1% of plain elsewhere: plain.
-#: The anchors' first run (right after torch.randn, one kernel under ncu, H100, bf16 [16384,
-#: 4096], µs, two runs each): RMSNorm plain 88.5 / 88.6, streaming 83.9 / 84.3 (rows in order
-#: 85.2 / 84.9), nvFuser 86.3 / 85.2; LayerNorm plain 88.6 / 89.2, streaming 84.6 / 84.3,
-#: nvFuser 87.6; softmax (one run) plain 90.0, streaming 85.8, nvFuser 103.5. Evict-first
-#: loads alone were slower than plain by the same measure (89.9 against 88.8), so the gain is
-#: likely the stores'. But streaming is 2.8-5% slower cold at [2048, 16384], a bench row
+#: The anchors' first run (right after torch.randn, the kernel's time in the torch profiler,
+#: H100, bf16 [16384, 4096], µs, two runs each): RMSNorm plain 88.5 / 88.6, streaming 83.9 /
+#: 84.3 (rows in order 85.2 / 84.9), nvFuser 86.3 / 85.2; LayerNorm plain 88.6 / 89.2,
+#: streaming 84.6 / 84.3, nvFuser 87.6; softmax (one run) plain 90.0, streaming 85.8, nvFuser
+#: 103.5. Under ncu in the same state, evict-first loads alone were slower than plain (89.9
+#: against 88.8), so the gain is likely the stores'. But streaming is 2.8-5% slower cold at [2048, 16384], a bench row
 #: (RMSNorm, rows in order, 46.8 / 48.1; LayerNorm 48.0 / 50.4; softmax 49.3 / 51.6), and up
 #: to 1.2% slower after a producer at [16384, 4096]; "stores" is within 0.4 µs of plain there,
 #: both cold and after a producer. So plain, until "stores" is timed on the first run and
