@@ -14,7 +14,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from .fusions import SEED001_SHAPE
+from .fusions import BACKWARD_SHAPES, SEED001_SHAPE
 
 
 @dataclass(frozen=True)
@@ -55,9 +55,6 @@ GELU_SHAPES = ((16384, 8192), (4096, 4096), (1024, 1024))
 
 #: rows of bf16 that overflow an inner-outer kernel's registers (and one that does not)
 STAGED_FIT_SHAPES = ((2048, 16384), (4096, 16384), (8192, 16384), (2048, 12288), (16384, 4096))
-
-#: the backward norms' bench shapes, one row per block down to many rows a block
-BACKWARD_SHAPES = ((16384, 4096), (8192, 8192), (2048, 16384), (16384, 1024))
 
 #: batch norm's shapes: too many rows to hold (two kernels) down to rows held by one grid
 BN_SHAPES = ((16384, 4096), (8192, 8192), (2048, 16384), (1024, 1000), (128, 1000))
@@ -140,12 +137,6 @@ SWEEPS: tuple[Sweep, ...] = (
             ("plain", "streaming", "stores"), f, NORM_SHAPES, "an inner-persistent kernel's row tensors loaded and "
             "stored plainly, evict-first (ld.global.cs / st.global.cs), or only stored evict-first")
       for f in ("rmsnorm_fwd_bf16", "layernorm_fwd_bf16", "softmax_fwd_bf16", "layernorm_fwd_fp32")),
-    # the backward kernels' row tensors take the same hints (their inner-persistent and
-    # inner-outer kernels: the rows they read once and dx)
-    *(Sweep(f"persistent_cache_hints_{f}", "fuser.lower.reduction", "PERSISTENT_CACHE_HINTS",
-            ("plain", "streaming", "stores", "loads"), f, shapes, "the same in a backward fusion")
-      for f, shapes in (("rmsnorm_bwd_bf16", BACKWARD_SHAPES), ("layernorm_bwd_bf16", BACKWARD_SHAPES),
-                        ("softmax_bwd_bf16", BACKWARD_SHAPES), ("seed001_rmsnorm_bwd_bf16", (SEED001_SHAPE,)))),
     # ... timed right after a copy rewrites the input, as the anchors' first run (where
     # nvFuser, evict-first throughout, leads the forward norms by 2-3% on an H100), with the
     # rows from the end (fuser's order) and in order (nvFuser's: its loads and stores both
@@ -159,6 +150,13 @@ SWEEPS: tuple[Sweep, ...] = (
                                   ("_in_order", ", rows in order (BLOCKS_FROM_END off)",
                                    (("fuser.lower.kir", "BLOCKS_FROM_END", False),)))
       for f in ("rmsnorm_fwd_bf16", "layernorm_fwd_bf16", "softmax_fwd_bf16")),
+    # the backward kernels' row tensors take the same hints (their inner-persistent and
+    # inner-outer kernels: the rows they read once and dx)
+    *(Sweep(f"persistent_cache_hints_{f}", "fuser.lower.reduction", "PERSISTENT_CACHE_HINTS",
+            ("plain", "streaming", "stores", "loads"), f, shapes,
+            "an inner-persistent or inner-outer kernel's row tensors plain or evict-first, in a backward fusion")
+      for f, shapes in (("rmsnorm_bwd_bf16", BACKWARD_SHAPES), ("layernorm_bwd_bf16", BACKWARD_SHAPES),
+                        ("softmax_bwd_bf16", BACKWARD_SHAPES), ("seed001_rmsnorm_bwd_bf16", (SEED001_SHAPE,)))),
     *_timed_both(Sweep("pointwise_stream_stores", "fuser.lower.pointwise", "POINTWISE_STREAM_STORES", (False, True),
                       "gelu_tanh_bf16", GELU_SHAPES,
                       "a pointwise kernel's vector stores plain or evict-first (st.global.cs)")),
