@@ -133,10 +133,14 @@ SWEEPS: tuple[Sweep, ...] = (
       for f in ("rmsnorm_fwd_bf16", "layernorm_fwd_bf16", "softmax_fwd_bf16", "layernorm_fwd_fp32")),
     # nvFuser's inner-persistent choices (its normalization_inner heuristic): evict-first
     # row loads and stores, a row a block, a register cap aimed at 28-32 warps an SM
+    # (the backward fusions' inner-persistent and inner-outer kernels take the same hints)
     *(Sweep(f"persistent_cache_hints_{f}", "fuser.lower.reduction", "PERSISTENT_CACHE_HINTS",
-            ("plain", "streaming", "stores"), f, NORM_SHAPES, "an inner-persistent kernel's row tensors loaded and "
-            "stored plainly, evict-first (ld.global.cs / st.global.cs), or only stored evict-first")
-      for f in ("rmsnorm_fwd_bf16", "layernorm_fwd_bf16", "softmax_fwd_bf16", "layernorm_fwd_fp32")),
+            ("plain", "streaming", "stores", "loads"), f, shapes, "an inner-persistent kernel's row tensors loaded "
+            "and stored plainly, evict-first (ld.global.cs / st.global.cs), or only stored or only loaded evict-first")
+      for f, shapes in (*((f, NORM_SHAPES) for f in ("rmsnorm_fwd_bf16", "layernorm_fwd_bf16", "softmax_fwd_bf16",
+                                                       "layernorm_fwd_fp32")),
+                        *((f, BACKWARD_SHAPES) for f in ("rmsnorm_bwd_bf16", "layernorm_bwd_bf16", "softmax_bwd_bf16")),
+                        ("seed001_rmsnorm_bwd_bf16", (SEED001_SHAPE,)))),
     # ... timed right after a copy rewrites the input, as the anchors' first run (where
     # nvFuser, evict-first throughout, leads the forward norms by 2-3% on an H100), with the
     # rows from the end (fuser's order) and in order (nvFuser's: its loads and stores both
@@ -150,13 +154,6 @@ SWEEPS: tuple[Sweep, ...] = (
                                   ("_in_order", ", rows in order (BLOCKS_FROM_END off)",
                                    (("fuser.lower.kir", "BLOCKS_FROM_END", False),)))
       for f in ("rmsnorm_fwd_bf16", "layernorm_fwd_bf16", "softmax_fwd_bf16")),
-    # the backward kernels' row tensors take the same hints (their inner-persistent and
-    # inner-outer kernels: the rows they read once and dx)
-    *(Sweep(f"persistent_cache_hints_{f}", "fuser.lower.reduction", "PERSISTENT_CACHE_HINTS",
-            ("plain", "streaming", "stores", "loads"), f, shapes,
-            "an inner-persistent or inner-outer kernel's row tensors plain or evict-first, in a backward fusion")
-      for f, shapes in (("rmsnorm_bwd_bf16", BACKWARD_SHAPES), ("layernorm_bwd_bf16", BACKWARD_SHAPES),
-                        ("softmax_bwd_bf16", BACKWARD_SHAPES), ("seed001_rmsnorm_bwd_bf16", (SEED001_SHAPE,)))),
     *_timed_both(Sweep("pointwise_stream_stores", "fuser.lower.pointwise", "POINTWISE_STREAM_STORES", (False, True),
                       "gelu_tanh_bf16", GELU_SHAPES,
                       "a pointwise kernel's vector stores plain or evict-first (st.global.cs)")),
