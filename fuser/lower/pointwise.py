@@ -55,11 +55,11 @@ from .values import scalar, tensor_value
 #: 1024] 5.2 / 5.2: level, so off
 POINTWISE_STREAM_STORES = False
 #: ... and loads evict-first (ld.global.cs) the inputs whose every element it reads once
-#: (spanning the reference, one load each: no weight read again by every row), as
-#: nvFuser's pointwise kernel for GELU does (its generated code; its runtime stores every
-#: vector evict-first too). `bench --sweep
-#: pointwise_stream_loads*`, H100, GELU bf16 µs plain / evict-first: after the producer
-#: 177.2 / 178.8, 23.6 / 23.2, 5.2 / 5.2; loop-timed 176.8 / 179.9, 23.7 / 24.3, 2.6 / 2.5: off
+#: (spanning the reference, one load each: no weight read again by every row), as nvFuser's
+#: pointwise kernel for GELU does (its generated code; its runtime stores every vector
+#: evict-first too). `bench --sweep pointwise_stream_loads*`, H100, GELU bf16 µs plain /
+#: evict-first: after the producer 177.2 / 178.8, 23.6 / 23.2, 5.2 / 5.2; loop-timed 176.8 /
+#: 179.9, 23.7 / 24.3, 2.6 / 2.5: off
 POINTWISE_STREAM_LOADS = False
 
 _LANE = Var("v")

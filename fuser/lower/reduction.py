@@ -88,13 +88,14 @@ _INDEX_DTYPE = {"int32": DataType.Int32, "int64": DataType.Int}
 #: The anchors' first run (right after torch.randn, the kernel's time in the torch profiler,
 #: H100, bf16 [16384, 4096], µs, two runs each): RMSNorm plain 88.5 / 88.6, streaming 83.9 /
 #: 84.3 (rows in order 85.2 / 84.9), nvFuser 86.3 / 85.2; LayerNorm plain 88.6 / 89.2,
-#: streaming 84.6 / 84.3, nvFuser 87.6; softmax (one run) plain 90.0, streaming 85.8, nvFuser
-#: 103.5. Under ncu in the same state, evict-first loads alone were slower than plain (89.9
-#: against 88.8), so the gain is likely the stores'. But streaming is 2.8-5% slower cold at [2048, 16384], a bench row
-#: (RMSNorm, rows in order, 46.8 / 48.1; LayerNorm 48.0 / 50.4; softmax 49.3 / 51.6), and up
-#: to 1.2% slower after a producer at [16384, 4096]; "stores" is within 0.4 µs of plain there,
-#: both cold and after a producer. So plain, until "stores" is timed on the first run and
-#: the backward kernels are (`persistent_cache_hints_*_bwd_*`).
+#: streaming 84.6 / 84.3, nvFuser 87.6; softmax (one run) plain 90.0, streaming 85.8,
+#: nvFuser 103.5. Under ncu in the same state, evict-first loads alone were slower than
+#: plain (89.9 against 88.8), so the gain is likely the stores'. But streaming is 2.8-5%
+#: slower cold at [2048, 16384], a bench row (RMSNorm, rows in order, 46.8 / 48.1; LayerNorm
+#: 48.0 / 50.4; softmax 49.3 / 51.6), and up to 1.2% slower after a producer at [16384,
+#: 4096]; "stores" is within 0.4 µs of plain there, both cold and after a producer. So
+#: plain, until "stores" is timed on the first run and the backward kernels are
+#: (`persistent_cache_hints_*_bwd_*`).
 PERSISTENT_CACHE_HINTS = "plain"
 #: an outer Welford reduction with vectors updates each lane's mean and M2 value by value
 #: (True: Welford's update, the reciprocal of the count shared by the lanes) or merges each
