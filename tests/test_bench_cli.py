@@ -464,6 +464,8 @@ def test_kernel_time_after_producer_needs_an_input_it_can_rewrite_on_the_gpu():
     assert kernel_time_after_producer(lambda: calls.append(1), [x, 2.0]) is None  # on the CPU
     assert kernel_time_after_producer(lambda: calls.append(1), []) is None
     assert calls == []  # nothing timed, nothing run
+    with pytest.raises(ValueError, match="producer='paste'"):
+        kernel_time_after_producer(lambda: calls.append(1), [x], producer="paste")
 
 
 def test_a_copy_may_rewrite_only_a_tensor_whose_elements_are_distinct():
@@ -491,6 +493,13 @@ def test_kernel_time_after_producer_times_the_call_after_its_input_is_rewritten(
     # a read and a write of 64 MB: within a factor of the same call timed over a loop
     loop = kernel_time(lambda: torch.neg(x), iters=20, repeats=3).us
     assert 0.5 * loop < t < 2.0 * loop, (t, loop)
+    # a producer that only writes: fresh normal values in the input before each call
+    seen.clear()
+    t = kernel_time_after_producer(lambda: seen.append(x.clone()), [w, x], iters=5, repeats=2, producer="write")
+    assert t is not None and t > 0 and not torch.equal(x, before)
+    assert not torch.equal(seen[-1], seen[-2]) and 0.9 < seen[-1].std().item() < 1.1
+    with pytest.raises(ValueError, match="floating-point.*torch.int64"):
+        kernel_time_after_producer(lambda: None, [torch.arange(64, device="cuda")], producer="write")
 
 
 def test_overlap_table_reports_wall_time_against_the_parts():

@@ -13,6 +13,7 @@ kernel's. There is no L2 flush between calls: callers rotate over several input 
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import statistics
 import time
@@ -131,21 +132,31 @@ def _elements_distinct(t: torch.Tensor) -> bool:
 
 
 def kernel_time_after_producer(fn: Callable[[], object], inputs: list, *, iters: int = 50,
-                               repeats: int = 5) -> float | None:
+                               repeats: int = 5, producer: str = "copy") -> float | None:
     """GPU time per call of `fn` (µs, the median of single calls between CUDA events) where
-    each call follows a copy that rewrites its largest tensor input, as a kernel follows the
+    each call follows a kernel that rewrites its largest tensor input, as a kernel follows the
     one that made its activation: the input's last-written part is in L2 when `fn` starts
-    (`kernel_time` rotates inputs so that none is). None where no input can be rewritten
-    (none on the GPU, or each expanded). The GPU sleeps while the host issues each loop, as
-    in `kernel_time`: otherwise a call the host issues slower than the copy runs is timed
-    from the copy's end, host time included (H200, RMSNorm [2048, 16384]: 36.8, 60.0 and
-    67.1 µs in three runs without the sleep)."""
+    (`kernel_time` rotates inputs so that none is). `producer`: "copy" (from a clone, a read
+    and a write, as most producers) or "write" (`normal_`, writes only, as `torch.randn` made
+    the anchors' inputs: L2 then holds only the input's lines, all dirty). None where no input
+    can be rewritten (none on the GPU, or each expanded). The GPU sleeps while the host issues
+    each loop, as in `kernel_time`: otherwise a call the host issues slower than the producer
+    runs is timed from the producer's end, host time included (H200, RMSNorm [2048, 16384]:
+    36.8, 60.0 and 67.1 µs in three runs without the sleep)."""
+    if producer not in ("copy", "write"):
+        raise ValueError(f"producer={producer!r}: one of 'copy', 'write'")
     tensors = [t for t in inputs if isinstance(t, torch.Tensor) and t.is_cuda and t.numel()
                and _elements_distinct(t)]
     if not tensors:
         return None
     target = max(tensors, key=lambda t: t.numel() * t.element_size())
-    source = target.clone()
+    if producer == "copy":
+        rewrite = functools.partial(target.copy_, target.clone())
+    elif target.is_floating_point():
+        rewrite = target.normal_
+    else:
+        raise ValueError(f"producer='write' rewrites the largest input with normal_, which needs a "
+                         f"floating-point tensor; it is {target.dtype}")
     for _ in range(3):
         fn()
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
@@ -153,7 +164,7 @@ def kernel_time_after_producer(fn: Callable[[], object], inputs: list, *, iters:
 
     def issue(n: int) -> None:
         for start, end in zip(starts[:n], ends[:n]):
-            target.copy_(source)
+            rewrite()
             start.record()
             fn()
             end.record()

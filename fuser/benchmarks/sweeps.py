@@ -31,9 +31,10 @@ class Sweep:
     shapes: tuple[tuple[int, ...], ...]
     about: str
     fixed: tuple[tuple[str, str, Any], ...] = ()
-    #: timed right after a copy rewrites the fusion's largest input
-    #: (`kernel_time_after_producer`), instead of over rotating inputs none of which is in L2
-    after_producer: bool = False
+    #: None: timed over rotating inputs, none of which is in L2; "copy" or "write": each call
+    #: right after a kernel rewrites the fusion's largest input, copying into it or only
+    #: writing it (`kernel_time_after_producer`'s `producer`)
+    producer: str | None = None
 
     @property
     def current(self) -> Any:
@@ -43,7 +44,7 @@ class Sweep:
 def _timed_both(sweep: Sweep) -> tuple[Sweep, Sweep]:
     """`sweep` over rotating inputs, and as NAME_after_producer timed right after a copy
     rewrites its largest input."""
-    return sweep, replace(sweep, name=f"{sweep.name}_after_producer", after_producer=True,
+    return sweep, replace(sweep, name=f"{sweep.name}_after_producer", producer="copy",
                           about=f"{sweep.about}, each call right after its input's producer")
 
 
@@ -95,7 +96,7 @@ SWEEPS: tuple[Sweep, ...] = (
           (1, 2, 3), "sum_outer_fp32", ((16384, 8192), (65536, 1024), (2048, 16384), (16384, 4096)),
           "blocks per SM of 1024 threads loading 8 rows a step (nvFuser's outer plan: one such block an SM)",
           fixed=(("fuser.scheduler.reduction", "OUTER_ROWS_UNROLL", 8),
-                 ("fuser.scheduler.reduction", "OUTER_BLOCK_THREADS", 1024)), after_producer=True),
+                 ("fuser.scheduler.reduction", "OUTER_BLOCK_THREADS", 1024)), producer="copy"),
     Sweep("few_rows_elements", "fuser.scheduler.reduction", "FEW_ROWS_ELEMENTS", (4, 8, 16, 32),
           "softmax_fwd_bf16", ((32, 1000), (64, 1000), (128, 1000), (132, 2048), (64, 4096), (128, 8192)),
           "elements of its row a thread holds where rows are too few to give every SM a block"),
@@ -145,14 +146,17 @@ SWEEPS: tuple[Sweep, ...] = (
     # nvFuser, evict-first throughout, leads the forward norms by 2-3% on an H100), with the
     # rows from the end (fuser's order) and in order (nvFuser's: its loads and stores both
     # evict-first, the input lines its producer left in L2, spread over the whole input and
-    # denser towards its end (ncu, H100, after torch.randn), survive until it reaches them)
-    *(Sweep(f"persistent_cache_hints{order}_after_producer_{f}", "fuser.lower.reduction",
+    # denser towards its end (ncu, H100, after torch.randn), survive until it reaches them);
+    # and after a producer that only writes the input, as torch.randn made the anchors'
+    # (there both hints together won 3-4% on an H100, and neither alone did)
+    *(Sweep(f"persistent_cache_hints{when}_{f}", "fuser.lower.reduction",
             "PERSISTENT_CACHE_HINTS", ("plain", "streaming", "stores", "loads"), f, NORM_SHAPES,
-            f"the same (or only loaded evict-first){about}, each call right after its input's producer",
-            fixed=fixed, after_producer=True)
-      for order, about, fixed in (("", "", ()),
-                                  ("_in_order", ", rows in order (BLOCKS_FROM_END off)",
-                                   (("fuser.lower.kir", "BLOCKS_FROM_END", False),)))
+            f"the same (or only loaded evict-first){about}", fixed=fixed, producer=producer)
+      for when, about, fixed, producer in (
+          ("_after_producer", ", each call right after its input's producer", (), "copy"),
+          ("_in_order_after_producer", ", rows in order (BLOCKS_FROM_END off), each call right after its input's "
+           "producer", (("fuser.lower.kir", "BLOCKS_FROM_END", False),), "copy"),
+          ("_after_writer", ", each call right after a producer that only writes its input (normal_)", (), "write"))
       for f in ("rmsnorm_fwd_bf16", "layernorm_fwd_bf16", "softmax_fwd_bf16")),
     *_timed_both(Sweep("pointwise_stream_stores", "fuser.lower.pointwise", "POINTWISE_STREAM_STORES", (False, True),
                       "gelu_tanh_bf16", GELU_SHAPES,
@@ -259,7 +263,7 @@ SWEEPS: tuple[Sweep, ...] = (
       for f in ("rmsnorm_bwd_bf16", "layernorm_bwd_bf16")),
     *(Sweep(f"blocks_from_end_{f}", "fuser.lower.kir", "BLOCKS_FROM_END", (False, True), f, shapes,
             "blocks take their data from the end, so a kernel reads first what its input's producer wrote "
-            "last (timed right after a copy rewrites the input)", after_producer=True)
+            "last (timed right after a copy rewrites the input)", producer="copy")
       for f, shapes in (("rmsnorm_fwd_bf16", NORM_SHAPES), ("layernorm_fwd_bf16", NORM_SHAPES),
                         ("softmax_fwd_bf16", NORM_SHAPES), ("gelu_tanh_bf16", ((16384, 8192), (4096, 4096))),
                         ("sum_outer_fp32", ((16384, 8192), (65536, 1024))),

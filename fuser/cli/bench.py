@@ -554,8 +554,8 @@ def _run_sweeps(names: Sequence[str]) -> int:
                 print(f"  {f.name} {list(shape)}: not every segment ran a generated kernel ({_fuser_path(fd)})",
                       file=sys.stderr)
                 return None
-            if sw.after_producer:
-                return kernel_time_after_producer(lambda: fd.execute(inputs), inputs)
+            if sw.producer:
+                return kernel_time_after_producer(lambda: fd.execute(inputs), inputs, producer=sw.producer)
             sets = [inputs] + [f.make_inputs("cuda", shape) for _ in range(rotation(f.bytes_moved(inputs), l2) - 1)]
             return kernel_time(rotating(fd.execute, sets), iters=50, repeats=5).us
         except Exception as e:  # noqa: BLE001 - a setting the scheduler cannot plan: n/a

@@ -86,16 +86,21 @@ _INDEX_DTYPE = {"int32": DataType.Int32, "int64": DataType.Int}
 #: 89.8 / 90.7, 49.5 / 49.8 / 50.7 / 50.6. Streaming and loads are 1-4% faster at [16384,
 #: 1024], the others up to 3% slower at [2048, 16384], all within 1% of plain elsewhere: plain.
 #: The anchors' first run (right after torch.randn, the kernel's time in the torch profiler,
-#: H100, bf16 [16384, 4096], µs, two runs each): RMSNorm plain 88.5 / 88.6, streaming 83.9 /
-#: 84.3 (rows in order 85.2 / 84.9), nvFuser 86.3 / 85.2; LayerNorm plain 88.6 / 89.2,
-#: streaming 84.6 / 84.3, nvFuser 87.6; softmax (one run) plain 90.0, streaming 85.8,
-#: nvFuser 103.5. Under ncu in the same state, evict-first loads alone were slower than
-#: plain (89.9 against 88.8), so the gain is likely the stores'. But streaming is 2.8-5%
-#: slower cold at [2048, 16384], a bench row (RMSNorm, rows in order, 46.8 / 48.1; LayerNorm
-#: 48.0 / 50.4; softmax 49.3 / 51.6), and up to 1.2% slower after a producer at [16384,
-#: 4096]; "stores" is within 0.4 µs of plain there, both cold and after a producer. So
-#: plain, until "stores" is timed on the first run and the backward kernels are
-#: (`persistent_cache_hints_*_bwd_*`).
+#: H100, bf16 [16384, 4096], µs, interleaved runs): RMSNorm plain 88.5 / 88.6, streaming 83.9
+#: / 84.3, nvFuser 86.3 / 85.2; in a later session plain 89.7 / 89.2 / 90.1 / 90.3, streaming
+#: 87.3 / 86.6 / 87.2 / 86.6, stores 90.0 / 90.5, loads 91.6 / 90.9, nvFuser 89.2 / 90.0.
+#: LayerNorm plain 91.6 / 91.5 / 91.2 / 91.5, streaming 86.9 / 87.0 / 87.8 / 86.7, stores 89.3
+#: / 91.1, loads 92.1 / 92.5, nvFuser 88.3 / 87.7; softmax plain 90.7 / 89.7, streaming 86.9 /
+#: 87.3, nvFuser 104.3 / 103.7. So the gain takes both hints: neither alone has it. Streaming
+#: loads are LDG.E.EF.128 in SASS, where plain ones are LDG.E.128.CONSTANT (the read-only
+#: path); spelled ld.global.cs.nc they kept the first-run gain and the cold loss below.
+#: Streaming is 4.6-5.5% slower cold at [2048, 16384], a bench row (RMSNorm 46.9 / 49.4,
+#: LayerNorm 48.0 / 50.2, softmax 49.4 / 52.1), 1.1-2.2% slower after a copy at [16384, 4096],
+#: and in softmax backward (`persistent_cache_hints_*_bwd_*`) 5.7% slower at [8192, 8192]
+#: (133.8 / 141.4) and 6.3% at [2048, 16384] (68.3 / 72.6); LayerNorm backward up to 1.7%
+#: slower; RMSNorm backward level. So plain. (`persistent_cache_hints_after_writer_*` times
+#: the forward norms after a producer that only writes, as randn: if streaming wins there
+#: and not after a copy, the gain is in the producer's dirty lines, fewer after a copy.)
 PERSISTENT_CACHE_HINTS = "plain"
 #: an outer Welford reduction with vectors updates each lane's mean and M2 value by value
 #: (True: Welford's update, the reciprocal of the count shared by the lanes) or merges each
