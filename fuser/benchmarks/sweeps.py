@@ -148,7 +148,7 @@ SWEEPS: tuple[Sweep, ...] = (
     # evict-first, the input lines its producer left in L2, spread over the whole input and
     # denser towards its end (ncu, H100, after torch.randn), survive until it reaches them);
     # and after a producer that only writes the input, as torch.randn made the anchors'
-    # (there both hints together won 3-4% on an H100, and neither alone did)
+    # (on that first run both hints together won 3-5% on an H100, and neither alone did)
     *(Sweep(f"persistent_cache_hints{when}_{f}", "fuser.lower.reduction",
             "PERSISTENT_CACHE_HINTS", ("plain", "streaming", "stores", "loads"), f, NORM_SHAPES,
             f"the same (or only loaded evict-first){about}", fixed=fixed, producer=producer)
