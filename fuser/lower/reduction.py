@@ -72,19 +72,19 @@ _INDEX_DTYPE = {"int32": DataType.Int32, "int64": DataType.Int}
 
 #: cache hints of an inner-persistent kernel's row tensors (spanning rows and columns, so
 #: read or written once): "plain"; "streaming", loaded with ld.global.cs and stored with
-#: st.global.cs (evict first); "stores", only the stores evict-first (the outputs' writes
-#: then leave in L2 the input rows its producer wrote last that the kernel has yet to read);
-#: "loads", only the loads. nvFuser's kernels are "streaming" with rows in order: its
-#: generated code loads rows with CacheOp::Streaming, and its runtime's vector stores
-#: (loadLocalToGlobal, 0.2.35) are st.global.cs. Weights (columns only) load plainly.
-#: `bench --sweep persistent_cache_hints_*` (RMSNorm, LayerNorm, softmax bf16, rotating
-#: cold inputs): streaming is 1-3% faster at [16384, 1024] and up to 7% slower at [2048,
-#: 16384] on an H100 and an H200, level elsewhere. Right after the input's producer
-#: (`persistent_cache_hints_after_producer_*`, H100, µs plain / streaming / stores / loads),
-#: RMSNorm [16384, 4096] 89.6 / 89.8 / 89.7 / 90.0, [2048, 16384] 46.9 / 46.8 / 46.5 / 47.0;
-#: LayerNorm 91.2 / 91.2 / 90.9 / 91.2, 49.0 / 50.3 / 49.5 / 49.8; softmax 90.1 / 90.8 /
-#: 89.8 / 90.7, 49.5 / 49.8 / 50.7 / 50.6. Streaming and loads are 1-4% faster at [16384,
-#: 1024], the others up to 3% slower at [2048, 16384], all within 1% of plain elsewhere: plain.
+#: st.global.cs (evict first); "stores", only the stores evict-first; "loads", only the
+#: loads. nvFuser's kernels are "streaming" with rows in order: its generated code loads
+#: rows with CacheOp::Streaming, and its runtime's vector stores (loadLocalToGlobal,
+#: 0.2.35) are st.global.cs. Weights (columns only) load plainly. `bench --sweep
+#: persistent_cache_hints_*` (RMSNorm, LayerNorm, softmax bf16, rotating cold inputs):
+#: streaming is 1-3% faster at [16384, 1024] and up to 7% slower at [2048, 16384] on an
+#: H100 and an H200, level elsewhere. Right after the input's producer
+#: (`persistent_cache_hints_after_producer_*`, H100, one session, µs plain / streaming /
+#: stores / loads), RMSNorm [16384, 4096] 89.6 / 89.8 / 89.7 / 90.0, [2048, 16384] 46.9 /
+#: 46.8 / 46.5 / 47.0; LayerNorm 91.2 / 91.2 / 90.9 / 91.2, 49.0 / 50.3 / 49.5 / 49.8;
+#: softmax 90.1 / 90.8 / 89.8 / 90.7, 49.5 / 49.8 / 50.7 / 50.6. Streaming and loads are
+#: 1-4% faster at [16384, 1024], the others up to 3% slower at [2048, 16384], all within 1%
+#: of plain elsewhere: plain.
 #: The anchors' first run (right after torch.randn, the kernel's time in the torch profiler,
 #: H100, bf16 [16384, 4096], µs, interleaved runs): RMSNorm plain 88.5 / 88.6, streaming 83.9
 #: / 84.3, nvFuser 86.3 / 85.2; in a later session plain 89.7 / 89.2 / 90.1 / 90.3, streaming
@@ -95,7 +95,8 @@ _INDEX_DTYPE = {"int32": DataType.Int32, "int64": DataType.Int}
 #: loads are LDG.E.EF.128 in SASS, where plain ones are LDG.E.128.CONSTANT (the read-only
 #: path); spelled ld.global.cs.nc they kept the first-run gain and the cold loss below.
 #: Streaming is 4.6-5.5% slower cold at [2048, 16384], a bench row (RMSNorm 46.9 / 49.4,
-#: LayerNorm 48.0 / 50.2, softmax 49.4 / 52.1), 1.1-2.2% slower after a copy at [16384, 4096],
+#: LayerNorm 48.0 / 50.2, softmax 49.4 / 52.1), 1.1-2.2% slower after a copy at [16384, 4096]
+#: (the later session: RMSNorm 91.4 / 93.3, LayerNorm 92.9 / 93.9, softmax 92.2 / 94.2),
 #: and in softmax backward (`persistent_cache_hints_*_bwd_*`) 5.7% slower at [8192, 8192]
 #: (133.8 / 141.4) and 6.3% at [2048, 16384] (68.3 / 72.6); LayerNorm backward up to 1.7%
 #: slower; RMSNorm backward level. So plain. (`persistent_cache_hints_after_writer_*` times
