@@ -456,6 +456,23 @@ def test_a_sweeps_fixed_setting_holds_through_it_and_is_restored():
     assert "PERSISTENT_ROW_LOOP='always'" in S.table(sw, rows, "Fake GPU").splitlines()[0]
 
 
+def test_a_step_sweep_times_its_producer_and_says_so():
+    from fuser.benchmarks import sweeps as S
+
+    sw = S.by_name("persistent_cache_hints_step_after_writer_layernorm_fwd_bf16")
+    assert (sw.producer, sw.step) == ("write", True)
+    assert S.by_name("persistent_cache_hints_step_after_producer_layernorm_fwd_bf16").producer == "copy"
+    rows = [((16384, 4096), {"plain": 95.0, "streaming": 96.5})]
+    head = S.table(sw, rows, "Fake GPU").splitlines()[0]
+    assert "µs per producer + call;" in head
+    call = S.by_name("persistent_cache_hints_after_writer_layernorm_fwd_bf16")
+    rows = [((16384, 4096), {v: 90.0 for v in call.settings})]
+    assert "µs per call;" in S.table(call, rows, "Fake GPU").splitlines()[0]
+    with pytest.raises(ValueError, match="sweep 'x': step=True .*give producer"):
+        S.Sweep("x", "fuser.lower.reduction", "PERSISTENT_CACHE_HINTS", ("plain",), "rmsnorm_fwd_bf16",
+                ((8, 8),), "about", step=True)
+
+
 def test_kernel_time_after_producer_needs_an_input_it_can_rewrite_on_the_gpu():
     from fuser.benchmarks import kernel_time_after_producer
 
@@ -500,6 +517,10 @@ def test_kernel_time_after_producer_times_the_call_after_its_input_is_rewritten(
     assert not torch.equal(seen[-1], seen[-2]) and 0.9 < seen[-1].std().item() < 1.1
     with pytest.raises(ValueError, match="floating-point.*torch.int64"):
         kernel_time_after_producer(lambda: None, [torch.arange(64, device="cuda")], producer="write")
+    # step: the copy (a read and a write of 64 MB, as the call) timed with each call
+    t = kernel_time_after_producer(lambda: torch.neg(x), [w, x], iters=5, repeats=2)
+    both = kernel_time_after_producer(lambda: torch.neg(x), [w, x], iters=5, repeats=2, step=True)
+    assert 1.5 * t < both < 3.0 * t, (t, both)
 
 
 def test_overlap_table_reports_wall_time_against_the_parts():

@@ -35,6 +35,12 @@ class Sweep:
     #: right after a kernel rewrites the fusion's largest input, copying into it or only
     #: writing it (`kernel_time_after_producer`'s `producer`)
     producer: str | None = None
+    #: with a producer: time it and the call together (`kernel_time_after_producer`'s `step`)
+    step: bool = False
+
+    def __post_init__(self) -> None:
+        if self.step and self.producer is None:
+            raise ValueError(f"sweep {self.name!r}: step=True times a producer with each call; give producer")
 
     @property
     def current(self) -> Any:
@@ -157,6 +163,16 @@ SWEEPS: tuple[Sweep, ...] = (
           ("_in_order_after_producer", ", rows in order (BLOCKS_FROM_END off), each call right after its input's "
            "producer", (("fuser.lower.kir", "BLOCKS_FROM_END", False),), "copy"),
           ("_after_writer", ", each call right after a producer that only writes its input (normal_)", (), "write"))
+      for f in ("rmsnorm_fwd_bf16", "layernorm_fwd_bf16", "softmax_fwd_bf16")),
+    # ... and the producer timed with each call: evict-first may only leave the producer's
+    # dirty lines (which some kernel must write back) to the next producer, which the call's
+    # own time does not see
+    *(Sweep(f"persistent_cache_hints_step{when}_{f}", "fuser.lower.reduction", "PERSISTENT_CACHE_HINTS",
+            ("plain", "streaming"), f, NORM_SHAPES, f"an inner-persistent kernel's row tensors loaded and stored "
+            f"plainly or evict-first{about}", producer=producer, step=True)
+      for when, about, producer in (
+          ("_after_writer", ", with a producer before each call that only writes its input (normal_)", "write"),
+          ("_after_producer", ", with a producer before each call that copies into its input", "copy"))
       for f in ("rmsnorm_fwd_bf16", "layernorm_fwd_bf16", "softmax_fwd_bf16")),
     *_timed_both(Sweep("pointwise_stream_stores", "fuser.lower.pointwise", "POINTWISE_STREAM_STORES", (False, True),
                       "gelu_tanh_bf16", GELU_SHAPES,
@@ -328,7 +344,8 @@ def table(sweep: Sweep, rows: Sequence[tuple[tuple[int, ...], dict[Any, float | 
             "n/a" if got[v] is None else f"{got[v]:.1f}" + (" <" if v == best else "") for v in sweep.settings])
     widths = [max(len(r[c]) for r in [head, *body]) for c in range(len(head))]
     fixed = "".join(f"; {c}={v!r}" for _, c, v in sweep.fixed)
-    lines = [f"sweep {sweep.name} on {device}: {sweep.fusion}, µs per call; {sweep.about}{fixed}"]
+    per = "producer + call" if sweep.step else "call"
+    lines = [f"sweep {sweep.name} on {device}: {sweep.fusion}, µs per {per}; {sweep.about}{fixed}"]
     lines += ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in [head, *body]]
     return "\n".join(lines)
 

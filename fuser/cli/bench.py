@@ -555,7 +555,8 @@ def _run_sweeps(names: Sequence[str]) -> int:
                       file=sys.stderr)
                 return None
             if sw.producer:
-                return kernel_time_after_producer(lambda: fd.execute(inputs), inputs, producer=sw.producer)
+                return kernel_time_after_producer(lambda: fd.execute(inputs), inputs, producer=sw.producer,
+                                                  step=sw.step)
             sets = [inputs] + [f.make_inputs("cuda", shape) for _ in range(rotation(f.bytes_moved(inputs), l2) - 1)]
             return kernel_time(rotating(fd.execute, sets), iters=50, repeats=5).us
         except Exception as e:  # noqa: BLE001 - a setting the scheduler cannot plan: n/a

@@ -73,35 +73,22 @@ _INDEX_DTYPE = {"int32": DataType.Int32, "int64": DataType.Int}
 #: cache hints of an inner-persistent kernel's row tensors (spanning rows and columns, so
 #: read or written once): "plain"; "streaming", loaded with ld.global.cs and stored with
 #: st.global.cs (evict first); "stores", only the stores evict-first; "loads", only the
-#: loads. nvFuser's kernels are "streaming" with rows in order: its generated code loads
-#: rows with CacheOp::Streaming, and its runtime's vector stores (loadLocalToGlobal,
-#: 0.2.35) are st.global.cs. Weights (columns only) load plainly. `bench --sweep
-#: persistent_cache_hints_*` (RMSNorm, LayerNorm, softmax bf16, rotating cold inputs):
-#: streaming is 1-3% faster at [16384, 1024] and up to 7% slower at [2048, 16384] on an
-#: H100 and an H200, level elsewhere. Right after the input's producer
-#: (`persistent_cache_hints_after_producer_*`, H100, one session, µs plain / streaming /
-#: stores / loads), RMSNorm [16384, 4096] 89.6 / 89.8 / 89.7 / 90.0, [2048, 16384] 46.9 /
-#: 46.8 / 46.5 / 47.0; LayerNorm 91.2 / 91.2 / 90.9 / 91.2, 49.0 / 50.3 / 49.5 / 49.8;
-#: softmax 90.1 / 90.8 / 89.8 / 90.7, 49.5 / 49.8 / 50.7 / 50.6. Streaming and loads are
-#: 1-4% faster at [16384, 1024], the others up to 3% slower at [2048, 16384], all within 1%
-#: of plain elsewhere: plain.
-#: The anchors' first run (right after torch.randn, the kernel's time in the torch profiler,
-#: H100, bf16 [16384, 4096], µs, interleaved runs): RMSNorm plain 88.5 / 88.6, streaming 83.9
-#: / 84.3, nvFuser 86.3 / 85.2; in a later session plain 89.7 / 89.2 / 90.1 / 90.3, streaming
-#: 87.3 / 86.6 / 87.2 / 86.6, stores 90.0 / 90.5, loads 91.6 / 90.9, nvFuser 89.2 / 90.0.
-#: LayerNorm plain 91.6 / 91.5 / 91.2 / 91.5, streaming 86.9 / 87.0 / 87.8 / 86.7, stores 89.3
-#: / 91.1, loads 92.1 / 92.5, nvFuser 88.3 / 87.7; softmax plain 90.7 / 89.7, streaming 86.9 /
-#: 87.3, nvFuser 104.3 / 103.7. So the gain takes both hints: neither alone has it. Streaming
-#: loads are LDG.E.EF.128 in SASS, where plain ones are LDG.E.128.CONSTANT (the read-only
-#: path); spelled ld.global.cs.nc they kept the first-run gain and the cold loss below.
-#: Streaming is 4.6-5.5% slower cold at [2048, 16384], a bench row (RMSNorm 46.9 / 49.4,
-#: LayerNorm 48.0 / 50.2, softmax 49.4 / 52.1), 1.1-2.2% slower after a copy at [16384, 4096]
-#: (the later session: RMSNorm 91.4 / 93.3, LayerNorm 92.9 / 93.9, softmax 92.2 / 94.2),
-#: and in softmax backward (`persistent_cache_hints_*_bwd_*`) 5.7% slower at [8192, 8192]
-#: (133.8 / 141.4) and 6.3% at [2048, 16384] (68.3 / 72.6); LayerNorm backward up to 1.7%
-#: slower; RMSNorm backward level. So plain. (`persistent_cache_hints_after_writer_*` times
-#: the forward norms after a producer that only writes, as randn: if streaming wins there
-#: and not after a copy, the gain is in the producer's dirty lines, fewer after a copy.)
+#: loads. nvFuser's kernels are "streaming" (CacheOp::Streaming loads; its runtime's vector
+#: stores are st.global.cs, 0.2.35). Weights (columns only) load plainly. Which wins depends
+#: on what the input's producer left in L2 (`bench --sweep persistent_cache_hints*`, H100,
+#: bf16, µs plain / streaming):
+#: - after a producer that only writes the input (normal_, as torch.randn makes the anchors'
+#:   inputs), streaming is 2-5 µs faster at every shape: RMSNorm [16384, 4096] 91.8 / 86.8,
+#:   [2048, 16384] 47.1 / 42.4, [16384, 1024] 22.8 / 18.4; LayerNorm 92.4 / 87.6, 49.5 / 46.7;
+#:   softmax 91.9 / 87.3, 50.2 / 47.9. The anchors' first run shows it too (LayerNorm 91.5 /
+#:   87.0, nvFuser 88.0). Neither hint alone has it; loads spelled ld.global.cs.nc keep it;
+#: - after a copy into the input, within 1.5% (LayerNorm 91.7 / 91.7, 49.1 / 50.4);
+#: - cold (rotating inputs), 4.6-5.5% slower at [2048, 16384], a bench row (RMSNorm 46.9 /
+#:   49.4, LayerNorm 48.0 / 50.2, softmax 49.4 / 52.1), level elsewhere (an H200: up to 7%);
+#: - in softmax backward, 5.7% slower at [8192, 8192] (133.8 / 141.4), 6.3% at [2048, 16384].
+#: A call timed alone after a writer does not see the dirty lines it leaves for the next
+#: kernel to write back; `persistent_cache_hints_step_*` times each producer with its call,
+#: to tell a gain from a deferred cost. Plain until that shows a gain.
 PERSISTENT_CACHE_HINTS = "plain"
 #: an outer Welford reduction with vectors updates each lane's mean and M2 value by value
 #: (True: Welford's update, the reciprocal of the count shared by the lanes) or merges each
