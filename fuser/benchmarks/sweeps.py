@@ -57,6 +57,10 @@ def _timed_both(sweep: Sweep) -> tuple[Sweep, Sweep]:
 #: row lengths around the persistent kernels' thresholds, from one row per block to many
 NORM_SHAPES = ((16384, 4096), (8192, 8192), (2048, 16384), (16384, 1024), (65536, 1024))
 
+#: where evict-first hints lose cold ([2048, 16384]): the same row with fewer and more rows, and
+#: the same bytes in shorter rows, to tell a row length from a tensor size
+HINT_SHAPES = ((2048, 16384), (1024, 16384), (4096, 16384), (4096, 8192), (8192, 4096))
+
 #: GELU's: a large, a mid-size and an L2-sized tensor
 GELU_SHAPES = ((16384, 8192), (4096, 4096), (1024, 1024))
 
@@ -174,6 +178,13 @@ SWEEPS: tuple[Sweep, ...] = (
           ("_after_writer", ", with a producer before each call that only writes its input (normal_)", "write"),
           ("_after_producer", ", with a producer before each call that copies into its input", "copy"))
       for f in ("rmsnorm_fwd_bf16", "layernorm_fwd_bf16", "softmax_fwd_bf16")),
+    *(Sweep(f"persistent_cache_hints_sizes{when}_{f}", "fuser.lower.reduction", "PERSISTENT_CACHE_HINTS",
+            ("plain", "streaming"), f, HINT_SHAPES, f"an inner-persistent kernel's row tensors loaded and stored "
+            f"plainly or evict-first{about}", producer=producer)
+      for when, about, producer in (("", "", None),
+                                    ("_after_writer", ", each call right after a producer that only writes its input "
+                                     "(normal_)", "write"))
+      for f in ("rmsnorm_fwd_bf16", "softmax_fwd_bf16")),
     *_timed_both(Sweep("pointwise_stream_stores", "fuser.lower.pointwise", "POINTWISE_STREAM_STORES", (False, True),
                       "gelu_tanh_bf16", GELU_SHAPES,
                       "a pointwise kernel's vector stores plain or evict-first (st.global.cs)")),
