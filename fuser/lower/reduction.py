@@ -82,7 +82,8 @@ _INDEX_DTYPE = {"int32": DataType.Int32, "int64": DataType.Int}
 #:   [2048, 16384] 47.1 / 42.4, [16384, 1024] 22.8 / 18.4; LayerNorm 92.4 / 87.6, 49.5 / 46.7;
 #:   softmax 91.9 / 87.3, 50.2 / 47.9. The anchors' first run shows it too (LayerNorm 91.5 /
 #:   87.0, nvFuser 88.0). Neither hint alone has it; loads spelled ld.global.cs.nc keep it;
-#: - after a copy into the input, within 1.5% (LayerNorm 91.7 / 91.7, 49.1 / 50.4);
+#: - after a copy into the input, within 1.3 µs either way (LayerNorm 91.7 / 91.7, 49.1 /
+#:   50.4);
 #: - cold (rotating inputs), 4.6-5.5% slower at [2048, 16384], a bench row (RMSNorm 46.9 /
 #:   49.4, LayerNorm 48.0 / 50.2, softmax 49.4 / 52.1), level elsewhere (an H200: up to 7%);
 #: - in softmax backward, 5.7% slower at [8192, 8192] (133.8 / 141.4), 6.3% at [2048, 16384].
