@@ -456,12 +456,17 @@ def test_a_sweeps_fixed_setting_holds_through_it_and_is_restored():
     assert "PERSISTENT_ROW_LOOP='always'" in S.table(sw, rows, "Fake GPU").splitlines()[0]
 
 
-def test_a_step_sweep_times_its_producer_and_says_so():
+def test_a_step_sweep_times_its_producer_with_each_call_and_says_so():
+    from fuser.benchmarks import kernel_time_after_producer
     from fuser.benchmarks import sweeps as S
 
     sw = S.by_name("persistent_cache_hints_step_after_writer_layernorm_fwd_bf16")
-    assert (sw.producer, sw.step) == ("write", True)
-    assert S.by_name("persistent_cache_hints_step_after_producer_layernorm_fwd_bf16").producer == "copy"
+    assert (S.timer(sw).func, S.timer(sw).keywords) == (kernel_time_after_producer, {"producer": "write", "step": True})
+    copy = S.timer(S.by_name("persistent_cache_hints_step_after_producer_layernorm_fwd_bf16"))
+    assert copy.keywords == {"producer": "copy", "step": True}
+    call = S.timer(S.by_name("persistent_cache_hints_after_writer_layernorm_fwd_bf16"))
+    assert call.keywords == {"producer": "write", "step": False}
+    assert S.timer(S.by_name("persistent_cache_hints_sizes_rmsnorm_fwd_bf16")) is None  # rotating inputs
     rows = [((16384, 4096), {"plain": 95.0, "streaming": 96.5})]
     head = S.table(sw, rows, "Fake GPU").splitlines()[0]
     assert "µs per producer + call;" in head

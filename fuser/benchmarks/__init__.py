@@ -133,17 +133,17 @@ def _elements_distinct(t: torch.Tensor) -> bool:
 
 def kernel_time_after_producer(fn: Callable[[], object], inputs: list, *, iters: int = 50,
                                repeats: int = 5, producer: str = "copy", step: bool = False) -> float | None:
-    """GPU time per call of `fn` (µs, the median of single calls between CUDA events) where
-    each call follows a kernel that rewrites its largest tensor input, as a kernel follows the
-    one that made its activation: the input's last-written part is in L2 when `fn` starts
-    (`kernel_time` rotates inputs so that none is). `producer`: "copy" (from a clone, a read
-    and a write, as most producers) or "write" (`normal_`, writes only, as `torch.randn` made
-    the anchors' inputs: L2 then holds only the input's lines, all dirty). None where no input
-    can be rewritten (none on the GPU, or each expanded). `step`: time the producer and the
-    call together instead, so that what the call leaves the next producer to do (the dirty
-    lines it leaves in L2, written back when that producer evicts them) counts against the
-    call; the producer is the same for every setting a sweep compares, so differences between
-    settings are the calls' own. The GPU sleeps while the host issues
+    """GPU time per call of `fn` (µs, the median of single calls between CUDA events; with
+    `step`, per producer and call) where each call follows a kernel that rewrites its largest
+    tensor input, as a kernel follows the one that made its activation: the input's
+    last-written part is in L2 when `fn` starts (`kernel_time` rotates inputs so that none
+    is). `producer`: "copy" (from a clone, a read and a write, as most producers) or "write"
+    (`normal_`, writes only, as `torch.randn` made the anchors' inputs: L2 then holds only the
+    input's lines, all dirty). `step`: time each producer with its call, so that the dirty
+    lines a call leaves in L2, written back when the next producer evicts them, count (in
+    the next step's time, alike in steady state); the producer is the same for every setting
+    a sweep compares, so differences between settings are the calls' own. None where no input
+    can be rewritten (none on the GPU, or each expanded). The GPU sleeps while the host issues
     each loop, as in `kernel_time`: otherwise a call the host issues slower than the producer
     runs is timed from the producer's end, host time included (H200, RMSNorm [2048, 16384]:
     36.8, 60.0 and 67.1 µs in three runs without the sleep)."""
@@ -170,8 +170,9 @@ def kernel_time_after_producer(fn: Callable[[], object], inputs: list, *, iters:
         for start, end in zip(starts[:n], ends[:n]):
             if step:
                 start.record()
-            rewrite()
-            if not step:
+                rewrite()
+            else:
+                rewrite()
                 start.record()
             fn()
             end.record()

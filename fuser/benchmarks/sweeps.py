@@ -8,6 +8,7 @@ cleared before each (segmentations and kernels are cached per input signature, a
 heuristics that read the constant run once per signature)."""
 from __future__ import annotations
 
+import functools
 import importlib
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
@@ -52,6 +53,27 @@ def _timed_both(sweep: Sweep) -> tuple[Sweep, Sweep]:
     rewrites its largest input."""
     return sweep, replace(sweep, name=f"{sweep.name}_after_producer", producer="copy",
                           about=f"{sweep.about}, each call right after its input's producer")
+
+
+_AFTER_WRITER = ", each call right after a producer that only writes its input (normal_)"
+
+
+def _plain_or_streaming(name: str, fusion: str, shapes: tuple[tuple[int, ...], ...], about: str,
+                        producer: str | None, step: bool = False) -> Sweep:
+    """A sweep of an inner-persistent kernel's cache hints, plain against evict-first."""
+    return Sweep(name, "fuser.lower.reduction", "PERSISTENT_CACHE_HINTS", ("plain", "streaming"), fusion, shapes,
+                 f"an inner-persistent kernel's row tensors loaded and stored plainly or evict-first{about}",
+                 producer=producer, step=step)
+
+
+def timer(sweep: Sweep) -> Callable[..., float | None] | None:
+    """How a sweep with a producer times a call, `kernel_time_after_producer(fn, inputs)` with
+    its producer and step; None for a sweep timed over rotating inputs."""
+    if sweep.producer is None:
+        return None
+    from . import kernel_time_after_producer
+
+    return functools.partial(kernel_time_after_producer, producer=sweep.producer, step=sweep.step)
 
 
 #: row lengths around the persistent kernels' thresholds, from one row per block to many
@@ -166,24 +188,21 @@ SWEEPS: tuple[Sweep, ...] = (
           ("_after_producer", ", each call right after its input's producer", (), "copy"),
           ("_in_order_after_producer", ", rows in order (BLOCKS_FROM_END off), each call right after its input's "
            "producer", (("fuser.lower.kir", "BLOCKS_FROM_END", False),), "copy"),
-          ("_after_writer", ", each call right after a producer that only writes its input (normal_)", (), "write"))
+          ("_after_writer", _AFTER_WRITER, (), "write"))
       for f in ("rmsnorm_fwd_bf16", "layernorm_fwd_bf16", "softmax_fwd_bf16")),
     # ... and the producer timed with each call: evict-first may only leave the producer's
     # dirty lines (which some kernel must write back) to the next producer, which the call's
     # own time does not see
-    *(Sweep(f"persistent_cache_hints_step{when}_{f}", "fuser.lower.reduction", "PERSISTENT_CACHE_HINTS",
-            ("plain", "streaming"), f, NORM_SHAPES, f"an inner-persistent kernel's row tensors loaded and stored "
-            f"plainly or evict-first{about}", producer=producer, step=True)
+    *(_plain_or_streaming(f"persistent_cache_hints_step{when}_{f}", f, NORM_SHAPES, about, producer, step=True)
       for when, about, producer in (
           ("_after_writer", ", with a producer before each call that only writes its input (normal_)", "write"),
           ("_after_producer", ", with a producer before each call that copies into its input", "copy"))
       for f in ("rmsnorm_fwd_bf16", "layernorm_fwd_bf16", "softmax_fwd_bf16")),
-    *(Sweep(f"persistent_cache_hints_sizes{when}_{f}", "fuser.lower.reduction", "PERSISTENT_CACHE_HINTS",
-            ("plain", "streaming"), f, HINT_SHAPES, f"an inner-persistent kernel's row tensors loaded and stored "
-            f"plainly or evict-first{about}", producer=producer)
-      for when, about, producer in (("", "", None),
-                                    ("_after_writer", ", each call right after a producer that only writes its input "
-                                     "(normal_)", "write"))
+    # ... cold (where streaming loses at [2048, 16384]) and after a writer (where it wins), at
+    # shapes that tell a row length from a tensor's size; RMSNorm (a weight) and softmax
+    # (none) stand for the forward norms, which the other sweeps found alike
+    *(_plain_or_streaming(f"persistent_cache_hints_sizes{when}_{f}", f, HINT_SHAPES, about, producer)
+      for when, about, producer in (("", "", None), ("_after_writer", _AFTER_WRITER, "write"))
       for f in ("rmsnorm_fwd_bf16", "softmax_fwd_bf16")),
     *_timed_both(Sweep("pointwise_stream_stores", "fuser.lower.pointwise", "POINTWISE_STREAM_STORES", (False, True),
                       "gelu_tanh_bf16", GELU_SHAPES,

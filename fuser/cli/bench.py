@@ -534,7 +534,7 @@ def _run_cuda(fusions: Sequence[F.BenchFusion], *, quick: bool, plot: str | None
 
 def _run_sweeps(names: Sequence[str]) -> int:
     """`bench --sweep`: each named threshold sweep's table (fuser/benchmarks/sweeps.py)."""
-    from fuser.benchmarks import kernel_time, kernel_time_after_producer, rotating, rotation
+    from fuser.benchmarks import kernel_time, rotating, rotation
     from fuser.benchmarks import sweeps as S
 
     chosen = list(S.SWEEPS) if "all" in names else [S.by_name(n) for n in names]
@@ -554,9 +554,9 @@ def _run_sweeps(names: Sequence[str]) -> int:
                 print(f"  {f.name} {list(shape)}: not every segment ran a generated kernel ({_fuser_path(fd)})",
                       file=sys.stderr)
                 return None
-            if sw.producer:
-                return kernel_time_after_producer(lambda: fd.execute(inputs), inputs, producer=sw.producer,
-                                                  step=sw.step)
+            after = S.timer(sw)
+            if after:
+                return after(lambda: fd.execute(inputs), inputs)
             sets = [inputs] + [f.make_inputs("cuda", shape) for _ in range(rotation(f.bytes_moved(inputs), l2) - 1)]
             return kernel_time(rotating(fd.execute, sets), iters=50, repeats=5).us
         except Exception as e:  # noqa: BLE001 - a setting the scheduler cannot plan: n/a

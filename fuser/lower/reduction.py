@@ -75,17 +75,21 @@ _INDEX_DTYPE = {"int32": DataType.Int32, "int64": DataType.Int}
 #: st.global.cs (evict first); "stores", only the stores evict-first; "loads", only the
 #: loads. nvFuser's kernels are "streaming" (CacheOp::Streaming loads; its runtime's vector
 #: stores are st.global.cs, 0.2.35). Weights (columns only) load plainly. Which wins depends
-#: on what the input's producer left in L2 (`bench --sweep persistent_cache_hints*`, H100,
+#: on what the input's producer left in L2 (the `persistent_cache_hints_*` sweeps, H100,
 #: bf16, µs plain / streaming):
 #: - after a producer that only writes the input (normal_, as torch.randn makes the anchors'
-#:   inputs), streaming is 2-5 µs faster at every shape: RMSNorm [16384, 4096] 91.8 / 86.8,
-#:   [2048, 16384] 47.1 / 42.4, [16384, 1024] 22.8 / 18.4; LayerNorm 92.4 / 87.6, 49.5 / 46.7;
-#:   softmax 91.9 / 87.3, 50.2 / 47.9. The anchors' first run shows it too (LayerNorm 91.5 /
-#:   87.0, nvFuser 88.0). Neither hint alone has it; loads spelled ld.global.cs.nc keep it;
-#: - after a copy into the input, within 1.3 µs either way (LayerNorm 91.7 / 91.7, 49.1 /
-#:   50.4);
+#:   inputs), streaming is 2-5 µs faster at every shape: at [16384, 4096], [2048, 16384] and
+#:   [16384, 1024], RMSNorm 91.8 / 86.8, 47.1 / 42.4, 22.8 / 18.4; LayerNorm 92.4 / 87.6,
+#:   49.5 / 46.7, 24.1 / 19.6; softmax 91.9 / 87.3, 50.2 / 47.9, 23.2 / 19.4. The anchors'
+#:   first run shows it too (LayerNorm 91.5 / 87.0, nvFuser 88.0). Where the input outgrows
+#:   L2, neither hint alone has the gain (each takes at most 1 µs of it); at [16384, 1024]
+#:   (32 MiB, within L2) loads alone take about 3 µs and stores alone 2. Loads spelled
+#:   ld.global.cs.nc keep it;
+#: - after a copy into the input, within 1.3 µs either way (LayerNorm [2048, 16384] 49.1 /
+#:   50.4, 2.6% slower; [16384, 1024] 24.7 / 23.6, 4.5% faster);
 #: - cold (rotating inputs), 4.6-5.5% slower at [2048, 16384], a bench row (RMSNorm 46.9 /
-#:   49.4, LayerNorm 48.0 / 50.2, softmax 49.4 / 52.1), level elsewhere (an H200: up to 7%);
+#:   49.4, LayerNorm 48.0 / 50.2, softmax 49.4 / 52.1), level elsewhere in the latest run (an
+#:   earlier one had it 1-3% faster at [16384, 1024]; an H200 up to 7% slower);
 #: - in softmax backward, 5.7% slower at [8192, 8192] (133.8 / 141.4), 6.3% at [2048, 16384].
 #: A call timed alone after a writer does not see the dirty lines it leaves for the next
 #: kernel to write back; `persistent_cache_hints_step_*` times each producer with its call,
