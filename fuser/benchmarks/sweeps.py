@@ -15,6 +15,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from . import kernel_time_after_producer
 from .fusions import BACKWARD_SHAPES, SEED001_SHAPE
 
 
@@ -48,14 +49,15 @@ class Sweep:
         return getattr(importlib.import_module(self.module), self.constant)
 
 
+#: what a sweep's heading adds for each producer
+_AFTER_COPY = ", each call right after its input's producer"
+_AFTER_WRITER = ", each call right after a producer that only writes its input (normal_)"
+
+
 def _timed_both(sweep: Sweep) -> tuple[Sweep, Sweep]:
     """`sweep` over rotating inputs, and as NAME_after_producer timed right after a copy
     rewrites its largest input."""
-    return sweep, replace(sweep, name=f"{sweep.name}_after_producer", producer="copy",
-                          about=f"{sweep.about}, each call right after its input's producer")
-
-
-_AFTER_WRITER = ", each call right after a producer that only writes its input (normal_)"
+    return sweep, replace(sweep, name=f"{sweep.name}_after_producer", producer="copy", about=sweep.about + _AFTER_COPY)
 
 
 def _plain_or_streaming(name: str, fusion: str, shapes: tuple[tuple[int, ...], ...], about: str,
@@ -71,8 +73,6 @@ def timer(sweep: Sweep) -> Callable[..., float | None] | None:
     its producer and step; None for a sweep timed over rotating inputs."""
     if sweep.producer is None:
         return None
-    from . import kernel_time_after_producer
-
     return functools.partial(kernel_time_after_producer, producer=sweep.producer, step=sweep.step)
 
 
@@ -185,18 +185,16 @@ SWEEPS: tuple[Sweep, ...] = (
             "PERSISTENT_CACHE_HINTS", ("plain", "streaming", "stores", "loads"), f, NORM_SHAPES,
             f"the same (or only loaded evict-first){about}", fixed=fixed, producer=producer)
       for when, about, fixed, producer in (
-          ("_after_producer", ", each call right after its input's producer", (), "copy"),
-          ("_in_order_after_producer", ", rows in order (BLOCKS_FROM_END off), each call right after its input's "
-           "producer", (("fuser.lower.kir", "BLOCKS_FROM_END", False),), "copy"),
+          ("_after_producer", _AFTER_COPY, (), "copy"),
+          ("_in_order_after_producer", ", rows in order (BLOCKS_FROM_END off)" + _AFTER_COPY,
+           (("fuser.lower.kir", "BLOCKS_FROM_END", False),), "copy"),
           ("_after_writer", _AFTER_WRITER, (), "write"))
       for f in ("rmsnorm_fwd_bf16", "layernorm_fwd_bf16", "softmax_fwd_bf16")),
     # ... and the producer timed with each call: evict-first may only leave the producer's
     # dirty lines (which some kernel must write back) to the next producer, which the call's
     # own time does not see
     *(_plain_or_streaming(f"persistent_cache_hints_step{when}_{f}", f, NORM_SHAPES, about, producer, step=True)
-      for when, about, producer in (
-          ("_after_writer", ", with a producer before each call that only writes its input (normal_)", "write"),
-          ("_after_producer", ", with a producer before each call that copies into its input", "copy"))
+      for when, about, producer in (("_after_writer", _AFTER_WRITER, "write"), ("_after_producer", _AFTER_COPY, "copy"))
       for f in ("rmsnorm_fwd_bf16", "layernorm_fwd_bf16", "softmax_fwd_bf16")),
     # ... cold (where streaming loses at [2048, 16384]) and after a writer (where it wins), at
     # shapes that tell a row length from a tensor's size; RMSNorm (a weight) and softmax
