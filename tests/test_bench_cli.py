@@ -464,8 +464,8 @@ def test_a_step_sweep_times_its_producer_with_each_call_and_says_so():
     assert (S.timer(sw).func, S.timer(sw).keywords) == (kernel_time_after_producer, {"producer": "write", "step": True})
     copy = S.timer(S.by_name("persistent_cache_hints_step_after_producer_layernorm_fwd_bf16"))
     assert copy.keywords == {"producer": "copy", "step": True}
-    call = S.timer(S.by_name("persistent_cache_hints_after_writer_layernorm_fwd_bf16"))
-    assert call.keywords == {"producer": "write", "step": False}
+    alone = S.timer(S.by_name("persistent_cache_hints_after_writer_layernorm_fwd_bf16"))
+    assert alone.keywords == {"producer": "write", "step": False}
     assert S.timer(S.by_name("persistent_cache_hints_sizes_rmsnorm_fwd_bf16")) is None  # rotating inputs
     rows = [((16384, 4096), {"plain": 95.0, "streaming": 96.5})]
     head = S.table(sw, rows, "Fake GPU").splitlines()[0]
