@@ -91,9 +91,14 @@ _INDEX_DTYPE = {"int32": DataType.Int32, "int64": DataType.Int}
 #:   49.4, LayerNorm 48.0 / 50.2, softmax 49.4 / 52.1), level elsewhere in the latest run (an
 #:   earlier one had it 1-3% faster at [16384, 1024]; an H200 up to 7% slower);
 #: - in softmax backward, 5.7% slower at [8192, 8192] (133.8 / 141.4), 6.3% at [2048, 16384].
-#: A call timed alone after a writer does not see the dirty lines it leaves for the next
-#: kernel to write back; `persistent_cache_hints_step_*` times each producer with its call,
-#: to tell a gain from a deferred cost. Plain until that shows a gain.
+#: Timed with its producer (`persistent_cache_hints_step_*`: producer + call, so the dirty
+#: lines a call leaves for the next kernel count too), the gain after a writer holds (4-5 µs:
+#: RMSNorm [16384, 4096] 246.7 / 241.9, [2048, 16384] 127.1 / 122.0) and after a copy
+#: streaming costs 0.5-1.9 µs at every shape but [16384, 1024] (RMSNorm 180.3 / 181.5,
+#: softmax [2048, 16384] 95.7 / 97.1); cold it is slower at every size of 16384-element rows
+#: (`persistent_cache_hints_sizes_*`: softmax [4096, 16384] 93.2 / 97.0). A norm's input in a
+#: model comes from a kernel that reads as it writes (a residual add, a matmul's epilogue),
+#: the copy case, so the rows stay plain.
 PERSISTENT_CACHE_HINTS = "plain"
 #: an outer Welford reduction with vectors updates each lane's mean and M2 value by value
 #: (True: Welford's update, the reciprocal of the count shared by the lanes) or merges each
