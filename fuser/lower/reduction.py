@@ -88,15 +88,17 @@ _INDEX_DTYPE = {"int32": DataType.Int32, "int64": DataType.Int}
 #: - after a copy into the input, within 1.3 µs either way (LayerNorm [2048, 16384] 49.1 /
 #:   50.4, 2.6% slower; [16384, 1024] 24.7 / 23.6, 4.5% faster);
 #: - cold (rotating inputs), 4.6-5.5% slower at [2048, 16384], a bench row (RMSNorm 46.9 /
-#:   49.4, LayerNorm 48.0 / 50.2, softmax 49.4 / 52.1), level elsewhere in the latest run (an
-#:   earlier one had it 1-3% faster at [16384, 1024]; an H200 up to 7% slower);
+#:   49.4, LayerNorm 48.0 / 50.2, softmax 49.4 / 52.1), slower at the sizes sweep's other
+#:   shapes too (below; an earlier run had it 1-3% faster at [16384, 1024], an H200 up to 7%
+#:   slower);
 #: - in softmax backward, 5.7% slower at [8192, 8192] (133.8 / 141.4), 6.3% at [2048, 16384].
 #: Timed with its producer (`persistent_cache_hints_step_*`: producer + call, so the dirty
-#: lines a call leaves for the next kernel count too), the gain after a writer holds (4-5 µs:
-#: RMSNorm [16384, 4096] 246.7 / 241.9, [2048, 16384] 127.1 / 122.0) and after a copy
-#: streaming costs 0.5-1.9 µs at every shape but [16384, 1024] (RMSNorm 180.3 / 181.5,
-#: softmax [2048, 16384] 95.7 / 97.1); cold it is slower at every size of 16384-element rows
-#: (`persistent_cache_hints_sizes_*`: softmax [4096, 16384] 93.2 / 97.0). A norm's input in a
+#: lines a call leaves for the next kernel count too), the gain after a writer holds (1.6-5.1
+#: µs: RMSNorm [16384, 4096] 246.7 / 241.9, [2048, 16384] 127.1 / 122.0) and after a copy
+#: streaming costs 0.5-1.9 µs at every shape but [16384, 1024], where it is within 0.3
+#: (RMSNorm 180.3 / 181.5, softmax [2048, 16384] 95.7 / 97.1); cold it is slower at every
+#: shape of `persistent_cache_hints_sizes_*`, by 0.8-3.8 µs with rows of 16384 (softmax [4096,
+#: 16384] 93.2 / 97.0) and 0.4-0.8 with rows of 8192 and 4096. A norm's input in a
 #: model comes from a kernel that reads as it writes (a residual add, a matmul's epilogue),
 #: the copy case, so the rows stay plain.
 PERSISTENT_CACHE_HINTS = "plain"
