@@ -72,35 +72,22 @@ _INDEX_DTYPE = {"int32": DataType.Int32, "int64": DataType.Int}
 
 #: cache hints of an inner-persistent kernel's row tensors (spanning rows and columns, so
 #: read or written once): "plain"; "streaming", loaded with ld.global.cs and stored with
-#: st.global.cs (evict first); "stores", only the stores evict-first; "loads", only the
-#: loads. nvFuser's kernels are "streaming" (CacheOp::Streaming loads; its runtime's vector
-#: stores are st.global.cs, 0.2.35). Weights (columns only) load plainly. Which wins depends
-#: on what the input's producer left in L2 (the `persistent_cache_hints_*` sweeps, H100,
-#: bf16, µs plain / streaming):
+#: st.global.cs (evict first), as nvFuser 0.2.35; "stores" or "loads", only those. Weights
+#: (columns only) load plainly. Which wins depends on what the input's producer left in L2;
+#: `persistent_cache_hints_*` sweeps, H100, bf16, µs plain / streaming, each producer timed
+#: with its call (`_step_*`, so the dirty lines a call leaves for the next kernel count):
 #: - after a producer that only writes the input (normal_, as torch.randn makes the anchors'
-#:   inputs), streaming is 2-5 µs faster at every shape: at [16384, 4096], [2048, 16384] and
-#:   [16384, 1024], RMSNorm 91.8 / 86.8, 47.1 / 42.4, 22.8 / 18.4; LayerNorm 92.4 / 87.6,
-#:   49.5 / 46.7, 24.1 / 19.6; softmax 91.9 / 87.3, 50.2 / 47.9, 23.2 / 19.4. The anchors'
-#:   first run shows it too (LayerNorm 91.5 / 87.0, nvFuser 88.0). Where the input outgrows
-#:   L2, neither hint alone has the gain (each takes at most 1 µs of it); at [16384, 1024]
-#:   (32 MiB, within L2) loads alone take about 3 µs and stores alone 2. Loads spelled
-#:   ld.global.cs.nc keep it;
-#: - after a copy into the input, within 1.3 µs either way (LayerNorm [2048, 16384] 49.1 /
-#:   50.4, 2.6% slower; [16384, 1024] 24.7 / 23.6, 4.5% faster);
-#: - cold (rotating inputs), 4.6-5.5% slower at [2048, 16384], a bench row (RMSNorm 46.9 /
-#:   49.4, LayerNorm 48.0 / 50.2, softmax 49.4 / 52.1), slower at the sizes sweep's other
-#:   shapes too (below; an earlier run had it 1-3% faster at [16384, 1024], an H200 up to 7%
-#:   slower);
-#: - in softmax backward, 5.7% slower at [8192, 8192] (133.8 / 141.4), 6.3% at [2048, 16384].
-#: Timed with its producer (`persistent_cache_hints_step_*`: producer + call, so the dirty
-#: lines a call leaves for the next kernel count too), the gain after a writer holds (1.6-5.1
-#: µs: RMSNorm [16384, 4096] 246.7 / 241.9, [2048, 16384] 127.1 / 122.0) and after a copy
-#: streaming costs 0.5-1.9 µs at every shape but [16384, 1024], where it is within 0.3
-#: (RMSNorm 180.3 / 181.5, softmax [2048, 16384] 95.7 / 97.1); cold it is slower at every
-#: shape of `persistent_cache_hints_sizes_*`, by 0.8-3.8 µs with rows of 16384 (softmax [4096,
-#: 16384] 93.2 / 97.0) and 0.4-0.8 with rows of 8192 and 4096. A norm's input in a
-#: model comes from a kernel that reads as it writes (a residual add, a matmul's epilogue),
-#: the copy case, so the rows stay plain.
+#:   inputs), streaming is 1.6-5.1 µs faster at every shape (RMSNorm [16384, 4096] 246.7 /
+#:   241.9, [2048, 16384] 127.1 / 122.0); neither hint alone has the gain where the input
+#:   outgrows L2. It is why nvFuser leads the anchors' first run (LayerNorm 91.5 / 87.0,
+#:   nvFuser 88.0);
+#: - after a copy into the input, streaming is 0.5-1.9 µs slower at every shape but [16384,
+#:   1024], where it is within 0.3 (RMSNorm 180.3 / 181.5, softmax [2048, 16384] 95.7 / 97.1);
+#: - cold (rotating inputs, `_sizes_*`), slower at every shape: 0.8-3.8 µs with rows of 16384
+#:   (softmax [4096, 16384] 93.2 / 97.0), 0.4-0.8 with rows of 8192 and 4096 (an H200 was up
+#:   to 7% slower at [2048, 16384]); in softmax backward 5.7% slower at [8192, 8192].
+#: A norm's input in a model comes from a kernel that reads as it writes (a residual add, a
+#: matmul's epilogue), the copy case, so the rows stay plain.
 PERSISTENT_CACHE_HINTS = "plain"
 #: an outer Welford reduction with vectors updates each lane's mean and M2 value by value
 #: (True: Welford's update, the reciprocal of the count shared by the lanes) or merges each
