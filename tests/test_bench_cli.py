@@ -476,6 +476,9 @@ def test_a_step_sweep_times_its_producer_with_each_call_and_says_so():
     with pytest.raises(ValueError, match="sweep 'x': step=True .*give producer"):
         S.Sweep("x", "fuser.lower.reduction", "PERSISTENT_CACHE_HINTS", ("plain",), "rmsnorm_fwd_bf16",
                 ((8, 8),), "about", step=True)
+    with pytest.raises(ValueError, match="sweep 'x': producer='writer', not one of"):
+        S.Sweep("x", "fuser.lower.reduction", "PERSISTENT_CACHE_HINTS", ("plain",), "rmsnorm_fwd_bf16",
+                ((8, 8),), "about", producer="writer")
 
 
 def test_kernel_time_after_producer_needs_an_input_it_can_rewrite_on_the_gpu():

@@ -131,6 +131,10 @@ def _elements_distinct(t: torch.Tensor) -> bool:
     return True
 
 
+#: the kernels `kernel_time_after_producer` can rewrite an input with
+PRODUCERS = ("copy", "write")
+
+
 def kernel_time_after_producer(fn: Callable[[], object], inputs: list, *, iters: int = 50,
                                repeats: int = 5, producer: str = "copy", step: bool = False) -> float | None:
     """GPU time per call of `fn` (µs, the median of single calls between CUDA events; with
@@ -147,8 +151,8 @@ def kernel_time_after_producer(fn: Callable[[], object], inputs: list, *, iters:
     each loop, as in `kernel_time`: otherwise a call the host issues slower than the producer
     runs is timed from the producer's end, host time included (H200, RMSNorm [2048, 16384]:
     36.8, 60.0 and 67.1 µs in three runs without the sleep)."""
-    if producer not in ("copy", "write"):
-        raise ValueError(f"producer={producer!r}: one of 'copy', 'write'")
+    if producer not in PRODUCERS:
+        raise ValueError(f"producer={producer!r}: one of {', '.join(map(repr, PRODUCERS))}")
     tensors = [t for t in inputs if isinstance(t, torch.Tensor) and t.is_cuda and t.numel()
                and _elements_distinct(t)]
     if not tensors:

@@ -15,7 +15,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from . import kernel_time_after_producer
+from . import PRODUCERS, kernel_time_after_producer
 from .fusions import BACKWARD_SHAPES, SEED001_SHAPE
 
 
@@ -41,6 +41,8 @@ class Sweep:
     step: bool = False
 
     def __post_init__(self) -> None:
+        if self.producer is not None and self.producer not in PRODUCERS:
+            raise ValueError(f"sweep {self.name!r}: producer={self.producer!r}, not one of {PRODUCERS}")
         if self.step and self.producer is None:
             raise ValueError(f"sweep {self.name!r}: step=True times a producer with each call; give producer")
 
