@@ -235,6 +235,24 @@ def test_outer_grid_reduction_combines_a_thread_s_lanes_together():
     assert "grid_finish<" not in src
 
 
+@pytest.mark.parametrize("rows", [16384, 32768, 12345, 65536, 4100])
+@pytest.mark.parametrize("cols,dtype", [(1024, torch.bfloat16), (1024, torch.float32), (2048, torch.bfloat16),
+                                        (1000, torch.float32)])
+def test_outer_grid_reduction_gives_every_block_rows(rows, cols, dtype):
+    # blocks sharing columns split the rows' steps evenly, ceil(steps / grid_y) a block:
+    # the grid has no block past the last step (one would only write a partial of init
+    # values for the last block to read)
+    src, _ = _code(_sum([0], DataType.BFloat16 if dtype == torch.bfloat16 else DataType.Float),
+                   [_meta((rows, cols), dtype)])
+    m = re.search(r"steps = \(\(i0 \+ (\d+) - 1\) / \1 \+ (\d+) - 1\) / \2;", src)
+    assert m, src[:2000]
+    unit, grid_y = int(m.group(1)), int(m.group(2))
+    steps = -(-rows // unit)
+    per_block = -(-steps // grid_y)
+    assert grid_y > 1 and (grid_y - 1) * per_block < steps, (unit, grid_y, steps)
+    assert "fuser::grid_finish_tile_y(acc" in src
+
+
 def test_var_mean_holds_short_rows_and_combines_welford_over_long_ones():
     # rows up to WELFORD_PERSISTENT_MAX (16384): held in registers, the mean then the
     # squared deviations from it as two float block reductions; longer rows: Welford

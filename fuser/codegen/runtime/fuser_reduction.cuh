@@ -334,6 +334,10 @@ FUSER_DEVICE void grid_finish_tile_y(T (&a)[N], Op op, T init, const T* work, in
   const T* col = work + static_cast<long long>(blockIdx.x) * gridDim.y * slots + slot;
 #pragma unroll
   for (int i = 0; i < N; ++i) a[i] = init;
+  // four rows of partials in flight a thread: the last block's loads are the kernel's tail
+  // (H100, sum over dim 0 bf16 [16384, 1024], 50 partials over 16 rows of threads: 17.0 ->
+  // 16.6 us; with grid_y balanced, 16.6 -> 16.4)
+#pragma unroll 4
   for (unsigned int by = threadIdx.y; by < gridDim.y; by += blockDim.y) {
 #pragma unroll
     for (int i = 0; i < N; ++i) a[i] = op(a[i], load_global_cg(col + static_cast<long long>(by) * slots + i));
