@@ -477,8 +477,8 @@ def heuristics(sub: SubFusion, geo: ReductionGeometry, vectorize: int) -> Reduct
         # needs, so none is left without rows, writing a partial the last block must still
         # read (H100, sum over dim 0 bf16 [16384, 1024]: 50 blocks a column, 7 of them
         # empty, 17.0 -> 16.6 us at 43; [32768, 1024] 28.0 -> 27.3 at 47 instead of 50)
-        steps = -(-cols // (bdy * unroll))
-        grid_y = -(-steps // -(-steps // grid_y))
+        kernel_steps = -(-cols // (bdy * unroll))  # `steps` counted them for 16-wide blocks
+        grid_y = -(-kernel_steps // -(-kernel_steps // grid_y))
     return ReductionParams(False, False, vectorize, bdx, bdy, unroll, grid_y, info.index_type)
 
 
