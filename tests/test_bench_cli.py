@@ -259,15 +259,17 @@ def test_fuser_path_names_schedulers_and_executors():
     assert bench_cli._fuser_path(fd) == "reference (inner_persistent)"
 
 
-def run_cuda_faked(monkeypatch, capsys, fusions, *, quick: bool, path: str) -> tuple[str, list]:
+def run_cuda_faked(monkeypatch, capsys, fusions, *, quick: bool, path: str,
+                   producer: str | None = None) -> tuple[str, list]:
     """`bench`'s CUDA path over `fusions` with the GPU parts replaced (each row timed at
-    100 us, its fuser path `path`): the output and the (fusion, shape) rows timed."""
+    100 us, its fuser path `path`): the output and the (fusion, shape) rows timed (with the
+    producer they were given, where one was)."""
     import fuser.benchmarks as B
 
     timed = []
 
-    def fake_row(f, shape, *, iters, repeats, latency_calls, l2):
-        timed.append((f.name, tuple(shape)))
+    def fake_row(f, shape, *, iters, repeats, latency_calls, l2, producer=None):
+        timed.append((f.name, tuple(shape)) + ((producer,) if producer else ()))
         row = bench_cli._Row(f, tuple(shape))
         row.nbytes = f.bytes_moved(f.make_inputs("meta", shape))
         row.sets = B.rotation(row.nbytes, l2)
@@ -281,7 +283,7 @@ def run_cuda_faked(monkeypatch, capsys, fusions, *, quick: bool, path: str) -> t
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(B, "copy_bandwidth", lambda *a, **k: (3.0e12, B.KernelTime(700.0, 1.0, False, 20, 5)))
     monkeypatch.setattr(bench_cli, "_bench_row", fake_row)
-    rc = bench_cli._run_cuda(list(fusions), quick=quick, plot=None)
+    rc = bench_cli._run_cuda(list(fusions), quick=quick, plot=None, producer=producer)
     out = capsys.readouterr().out
     assert rc == 0, out
     return out, timed
@@ -305,6 +307,95 @@ def test_cuda_path_times_every_shape(monkeypatch, capsys, quick):
     # timed over rotated input sets: 0.5 MB a call against a 50 MiB L2)
     assert "sum_inner_fp32@128x1000 x64" in out and "128x1000 (x64)" in out
     assert "no row is host-bound" in out
+
+
+def test_cuda_path_hands_the_producer_to_every_row_and_says_how_it_timed(monkeypatch, capsys):
+    out, timed = run_cuda_faked(monkeypatch, capsys, [by_name("cast_chain"), by_name("sum_outer_bf16")], quick=True,
+                                path="1 kernel (pointwise)", producer="write")
+    assert timed == [("cast_chain", (8192, 8192), "write")] + [
+        ("sum_outer_bf16", s, "write") for s in by_name("sum_outer_bf16").quick_shapes]
+    assert "; --after-producer write" in out.splitlines()[0]
+    assert "--after-producer write: each bandwidth row's call is timed alone" in out and "normal_" in out
+    out, _ = run_cuda_faked(monkeypatch, capsys, [by_name("cast_chain")], quick=True, path="1 kernel (pointwise)")
+    assert "--after-producer" not in out
+
+
+class _FakeTimers:
+    """kernel_time and kernel_time_after_producer recording what they were asked to time."""
+
+    def __init__(self, after_us: float | None = 42.0):
+        self.loops, self.after, self.after_us = [], [], after_us
+
+    def kernel_time(self, fn, *, iters, repeats):
+        import fuser.benchmarks as B
+
+        fn()
+        self.loops.append(iters)
+        return B.KernelTime(10.0, 2.0, False, iters, repeats)
+
+    def kernel_time_after_producer(self, fn, inputs, *, producer, iters, repeats):
+        fn()
+        self.after.append((producer, [tuple(t.shape) for t in inputs if isinstance(t, torch.Tensor)], iters))
+        return self.after_us
+
+
+def _row_on_cpu(monkeypatch, name, shape, producer, timers, l2=50 << 20):
+    """`_bench_row` run on the CPU: inputs made on it, torch.compile and the CUDA timers faked."""
+    import fuser.benchmarks as B
+    from fuser.benchmarks.fusions import BenchFusion
+
+    make = BenchFusion.make_inputs
+    monkeypatch.setattr(BenchFusion, "make_inputs", lambda self, device="cpu", shape=None: make(self, "cpu", shape))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    monkeypatch.setattr(bench_cli, "_compiled", lambda fn: fn)
+    monkeypatch.setattr(B, "kernel_time", timers.kernel_time)
+    monkeypatch.setattr(B, "kernel_time_after_producer", timers.kernel_time_after_producer)
+    monkeypatch.setattr(B, "host_time_per_call", lambda fn, calls: 3.0)
+    return bench_cli._bench_row(by_name(name), shape, iters=20, repeats=3, latency_calls=10, l2=l2, producer=producer)
+
+
+@pytest.mark.parametrize("producer", ["copy", "write"])
+def test_a_bandwidth_row_after_a_producer_times_each_impl_on_its_inputs(monkeypatch, producer):
+    timers = _FakeTimers()
+    row = _row_on_cpu(monkeypatch, "cast_chain", (64, 96), producer, timers)
+    assert row.check == "ok" and row.sets == 1  # one input set: the one the producer rewrites
+    assert timers.loops == []
+    assert timers.after == [(producer, [(64, 96)], 20)] * 3
+    for impl in bench_cli._IMPLS:
+        t = row.times[impl]
+        assert t.us == 42.0 and math.isnan(t.host_us) and not t.host_bound
+    table = bench_cli._table([row], 3.0e12)
+    cells = table.splitlines()[2].split()
+    assert cells[2:6] == ["42.0", "42.0", "42.0", "-"], table
+
+
+def test_without_a_producer_rows_rotate_their_inputs_and_latency_rows_ignore_it(monkeypatch):
+    timers = _FakeTimers()
+    row = _row_on_cpu(monkeypatch, "cast_chain", (64, 96), None, timers)
+    assert row.sets == 64 and timers.after == [] and timers.loops == [20] * 3  # 64 small sets past the L2
+    assert all(row.times[i].us == 10.0 for i in bench_cli._IMPLS)
+    timers = _FakeTimers()
+    row = _row_on_cpu(monkeypatch, "latency_gelu_8x8", (8, 8), "copy", timers)
+    assert row.sets == 1 and timers.after == [] and timers.loops == [20] * 3
+    assert row.latency["fuser"] == 3.0
+
+
+def test_a_row_whose_inputs_the_producer_cannot_rewrite_is_na_with_the_reason(monkeypatch):
+    row = _row_on_cpu(monkeypatch, "cast_chain", (64, 96), "copy", _FakeTimers(after_us=None))
+    assert all(row.times[i] is None for i in bench_cli._IMPLS)
+    assert "no input the producer can rewrite" in row.errors["fuser"]
+    assert bench_cli._table([row], 3.0e12).splitlines()[2].split()[2:6] == ["n/a"] * 4
+
+
+def test_after_producer_is_refused_when_unknown_and_ignored_without_the_table(capsys):
+    with pytest.raises(SystemExit):
+        main(["bench", "--cpu", "--after-producer", "paste"])
+    assert "invalid choice: 'paste'" in capsys.readouterr().err
+    assert bench_cli.run_bench(cpu=True, only=["cast_chain"], after_producer="paste") == 2
+    assert "--after-producer paste: one of copy, write" in capsys.readouterr().err
+    assert main(["bench", "--cpu", "--only", "cast_chain", "--after-producer", "copy"]) == 0
+    got = capsys.readouterr()
+    assert "it times the table's kernels, which this run does not" in got.err and "cast_chain" in got.out
 
 
 def test_rotation_exceeds_l2_and_host_bound_rows_are_named():
@@ -391,6 +482,23 @@ def test_bench_quick_on_gpu(capsys):
     assert "copy bandwidth" in out and "cast_chain" in out
     assert "host latency" in out and "first-run compile time" in out
     assert rc == 0, out
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("producer", ["copy", "write"])
+def test_bench_after_a_producer_on_gpu(capsys, producer):
+    # each impl timed right after the producer: a time per call near the loop-timed one (the
+    # same kernel, give or take what the producer left in L2), the host column "-"
+    rc = main(["bench", "--quick", "--only", "cast_chain", "--after-producer", producer])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    (row,) = [ln.split() for ln in out.splitlines() if ln.split()[:1] == ["cast_chain"]]
+    after = [float(c) for c in row[2:5]]
+    assert row[5] == "-" and row[-4:] == ["ok", "1", "kernel", "(pointwise)"], row
+    assert main(["bench", "--quick", "--only", "cast_chain"]) == 0
+    (loop,) = [ln.split() for ln in capsys.readouterr().out.splitlines() if ln.split()[:1] == ["cast_chain"]]
+    for a, b in zip(after, (float(c.rstrip("*")) for c in loop[2:5])):
+        assert 0.7 * b < a < 1.5 * b, (after, loop)
 
 
 @pytest.mark.gpu

@@ -22,5 +22,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .bench import run_bench
 
         return run_bench(quick=args.quick, plot=args.plot, only=args.only, cpu=args.cpu, sweep=args.sweep,
-                         overlap=args.overlap)
+                         overlap=args.overlap, after_producer=args.after_producer)
     return 2

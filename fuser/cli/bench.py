@@ -10,7 +10,11 @@ device-to-device copy bandwidth, a correctness check of fuser against eager (dty
 tolerances, widened with the reduced extent for reductions; a fusion drawing random numbers,
 whose eager twin draws others, against the reference executor replaying the same draw), and
 how fuser ran: each
-segment's scheduler and whether a generated kernel or the reference executor ran it. Then
+segment's scheduler and whether a generated kernel or the reference executor ran it.
+``--after-producer copy|write`` times each bandwidth row's calls one by one, each right after
+a kernel rewrites the call's largest input (a copy into it, or normal_, which only writes),
+as a model's activation comes from the kernel before it: what the producer wrote last is
+still in L2 (dirty) when the call starts. Then
 the host latency of a cached tiny fusion and the first-run compile time of GELU with a cold
 and a warm kernel cache.
 
@@ -22,6 +26,7 @@ Exit status: 0 when every check passed, 1 when a fuser result mismatched or fuse
 from __future__ import annotations
 
 import functools
+import math
 import os
 import shutil
 import sys
@@ -206,15 +211,35 @@ def _compiled(fn: Callable) -> Callable:
     return torch.compile(fn)
 
 
-def _bench_row(f: F.BenchFusion, shape, *, iters: int, repeats: int, latency_calls: int, l2: int = 0) -> _Row:
+def _time_after_producer(fn: Callable[[], Any], inputs: list, producer: str, *, iters: int,
+                         repeats: int) -> Any:
+    """`fn`'s GPU time per call, each call right after `producer` rewrites the largest of
+    `inputs` (`kernel_time_after_producer`), as a KernelTime; the host's issue time is not
+    measured (nan). A ValueError where no input can be rewritten."""
+    from fuser.benchmarks import KernelTime, kernel_time_after_producer
+
+    us = kernel_time_after_producer(fn, inputs, producer=producer, iters=iters, repeats=repeats)
+    if us is None:
+        raise ValueError(f"--after-producer {producer}: no input the producer can rewrite "
+                         "(none is on the GPU, or each is expanded)")
+    return KernelTime(us, math.nan, False, iters, repeats)
+
+
+def _bench_row(f: F.BenchFusion, shape, *, iters: int, repeats: int, latency_calls: int, l2: int = 0,
+               producer: str | None = None) -> _Row:
+    """One table row: `f` at `shape` through fuser (checked against eager), eager PyTorch and
+    torch.compile, timed over loops of calls, or with `producer` ("copy" or "write") a
+    bandwidth row's calls each right after that producer rewrites their largest input."""
     from fuser.benchmarks import host_time_per_call, kernel_time, rotating, rotation
 
     row = _Row(f, tuple(shape))
     inputs = f.make_inputs("cuda", shape)
     row.nbytes = f.bytes_moved(inputs)
+    after = producer if f.kind == "bandwidth" else None
     # shapes that fit in L2 are timed over several input sets, as a model's loop would
-    # meet them (fresh activations), not re-reading what the last call left in L2
-    row.sets = rotation(row.nbytes, l2) if f.kind == "bandwidth" else 1
+    # meet them (fresh activations), not re-reading what the last call left in L2; after a
+    # producer, the input is the one it wrote, as in a model
+    row.sets = rotation(row.nbytes, l2) if f.kind == "bandwidth" and after is None else 1
     sets = [inputs] + [f.make_inputs("cuda", shape) for _ in range(row.sets - 1)]
     fns: dict[str, Callable[[], Any] | None] = {}
 
@@ -254,7 +279,8 @@ def _bench_row(f: F.BenchFusion, shape, *, iters: int, repeats: int, latency_cal
             row.times[impl] = None
             continue
         try:
-            row.times[impl] = kernel_time(fn, iters=iters, repeats=repeats)
+            row.times[impl] = (_time_after_producer(fn, inputs, after, iters=iters, repeats=repeats) if after
+                               else kernel_time(fn, iters=iters, repeats=repeats))
         except Exception as e:  # noqa: BLE001
             row.times[impl] = None
             row.errors.setdefault(impl, _first_line(e))
@@ -379,7 +405,7 @@ def _table(rows: Sequence[_Row], bw: float) -> str:
             r.fusion.name,
             "x".join(map(str, r.shape)) + (f" (x{r.sets})" if r.sets > 1 else ""),
             *(_fmt_time(r.times.get(i)) for i in _IMPLS),
-            f"{host.host_us:.1f}" if host is not None else "n/a",
+            "n/a" if host is None else "-" if math.isnan(host.host_us) else f"{host.host_us:.1f}",
             f"{r.nbytes / 1e9:.3f}" if r.nbytes >= 1e6 else f"{r.nbytes / 1e9:.1e}",
             *(_pct(r.nbytes, r.times.get(i), bw, k) for i in _IMPLS),
             r.check,
@@ -453,7 +479,7 @@ def _notes(rows: Sequence[_Row], l2: int) -> list[str]:
     return out
 
 
-def _run_cuda(fusions: Sequence[F.BenchFusion], *, quick: bool, plot: str | None) -> int:
+def _run_cuda(fusions: Sequence[F.BenchFusion], *, quick: bool, plot: str | None, producer: str | None = None) -> int:
     import fuser
     from fuser.benchmarks import copy_bandwidth
 
@@ -462,7 +488,7 @@ def _run_cuda(fusions: Sequence[F.BenchFusion], *, quick: bool, plot: str | None
     l2 = getattr(props, "L2_cache_size", 0) or 0
     print(f"fuser bench on {props.name} (sm_{props.major}{props.minor}, {props.total_memory / 2**30:.0f} GiB, "
           f"L2 {l2 / 2**20:.0f} MiB); torch {torch.__version__}, fuser {fuser.__version__}"
-          + ("; --quick" if quick else ""))
+          + ("; --quick" if quick else "") + (f"; --after-producer {producer}" if producer else ""))
     bw, bw_t = copy_bandwidth(1 << 28 if quick else 1 << 30, iters=10 if quick else 20)
     print(f"device-to-device copy bandwidth: {bw / 1e9:.0f} GB/s "
           f"(dst.copy_(src) on {(256 if quick else 1024)} MiB, 2 x bytes / time, {bw_t.us:.0f} {us} per copy)")
@@ -472,7 +498,8 @@ def _run_cuda(fusions: Sequence[F.BenchFusion], *, quick: bool, plot: str | None
     for f in fusions:
         for shape in (f.quick_shapes if quick else f.shapes):
             print(f"  {f.name} {list(shape)} ...", end="", file=sys.stderr, flush=True)
-            r = _bench_row(f, shape, iters=iters, repeats=repeats, latency_calls=latency_calls, l2=l2)
+            r = _bench_row(f, shape, iters=iters, repeats=repeats, latency_calls=latency_calls, l2=l2,
+                           producer=producer)
             rows.append(r)
             # (each row as it ends: a run cut short by a time limit still tells what it measured)
             print(" " + "  ".join(f"{i} {_fmt_time(r.times.get(i))} {us} ({_pct(r.nbytes, r.times.get(i), bw, f.kind)}%)"
@@ -483,6 +510,12 @@ def _run_cuda(fusions: Sequence[F.BenchFusion], *, quick: bool, plot: str | None
     print(f"kernel time: median over {repeats} loops of {iters} calls, CUDA events around each loop / {iters}; "
           "the GPU is held busy (torch.cuda._sleep) while the host issues the loop. fuser host: the host's "
           "time to issue one call (the same loops, no waiting).")
+    if producer:
+        what = {"copy": "copies into it from a clone (a read and a write)",
+                "write": "writes it with normal_ (writes only, as torch.randn makes a tensor)"}[producer]
+        print(f"--after-producer {producer}: each bandwidth row's call is timed alone (median of {repeats} x "
+              f"{iters} calls, CUDA events around each call) right after a kernel that {what}; the part the "
+              "producer wrote last is in L2 when the call starts. Host time is not measured then ('-').")
     for note in _notes(rows, l2):
         print(note)
     for r in rows:
@@ -573,8 +606,19 @@ def _run_sweeps(names: Sequence[str]) -> int:
 
 
 def run_bench(*, quick: bool = False, plot: str | None = None, only: Sequence[str] | None = None,
-              cpu: bool = False, sweep: Sequence[str] | None = None, overlap: bool = False) -> int:
+              cpu: bool = False, sweep: Sequence[str] | None = None, overlap: bool = False,
+              after_producer: str | None = None) -> int:
     """`python -m fuser bench`; returns the exit status."""
+    if after_producer is not None:
+        from fuser.benchmarks import PRODUCERS
+
+        if after_producer not in PRODUCERS:
+            print(f"fuser bench --after-producer {after_producer}: one of {', '.join(PRODUCERS)}", file=sys.stderr)
+            return 2
+        if cpu or sweep or overlap or not torch.cuda.is_available():
+            print(f"fuser bench --after-producer {after_producer}: it times the table's kernels, which this run "
+                  "does not (it needs CUDA, and the default table; a sweep names its own producer)", file=sys.stderr)
+            after_producer = None
     if plot:
         import importlib.util
 
@@ -613,7 +657,7 @@ def run_bench(*, quick: bool = False, plot: str | None = None, only: Sequence[st
         return _run_cpu(fusions, "--cpu given")
     if not torch.cuda.is_available():
         return _run_cpu(fusions, "CUDA is not available (torch.cuda.is_available() is False)")
-    return _run_cuda(fusions, quick=quick, plot=plot)
+    return _run_cuda(fusions, quick=quick, plot=plot, producer=after_producer)
 
 
 def add_parser(sub: Any) -> None:
@@ -631,7 +675,13 @@ def add_parser(sub: Any) -> None:
                    help=f"run only these fusions, or every fusion of these groups "
                         f"({', '.join(F.GROUPS)}; e.g. --only backward). Groups and their fusions: {groups}")
     p.add_argument("--cpu", action="store_true", help="only run and check each fusion on CPU, even with CUDA")
+    from fuser.benchmarks import PRODUCERS
     from fuser.benchmarks.sweeps import SWEEPS
+
+    p.add_argument("--after-producer", choices=PRODUCERS, default=None,
+                   help="time each bandwidth row's calls one by one, each right after a kernel rewrites the call's "
+                        "largest input: 'copy' (copy_ from a clone) or 'write' (normal_, writes only), as a model's "
+                        "activation comes from the kernel before it (CUDA)")
 
     p.add_argument("--overlap", action="store_true",
                    help="instead of the table, time a stream-parallel matmul + pointwise loop beside its parts (CUDA)")
