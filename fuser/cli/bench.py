@@ -38,6 +38,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from fuser.benchmarks import KernelTime
 from fuser.benchmarks import fusions as F
 
 _US = "µs"
@@ -212,11 +213,11 @@ def _compiled(fn: Callable) -> Callable:
 
 
 def _time_after_producer(fn: Callable[[], Any], inputs: list, producer: str, *, iters: int,
-                         repeats: int) -> Any:
+                         repeats: int) -> KernelTime:
     """`fn`'s GPU time per call, each call right after `producer` rewrites the largest of
     `inputs` (`kernel_time_after_producer`), as a KernelTime; the host's issue time is not
     measured (nan). A ValueError where no input can be rewritten."""
-    from fuser.benchmarks import KernelTime, kernel_time_after_producer
+    from fuser.benchmarks import kernel_time_after_producer
 
     us = kernel_time_after_producer(fn, inputs, producer=producer, iters=iters, repeats=repeats)
     if us is None:
@@ -609,13 +610,15 @@ def run_bench(*, quick: bool = False, plot: str | None = None, only: Sequence[st
               cpu: bool = False, sweep: Sequence[str] | None = None, overlap: bool = False,
               after_producer: str | None = None) -> int:
     """`python -m fuser bench`; returns the exit status."""
+    # the options that shape the timed table apply only where this run makes one
+    times_table = not (cpu or sweep or overlap) and torch.cuda.is_available()
     if after_producer is not None:
         from fuser.benchmarks import PRODUCERS
 
         if after_producer not in PRODUCERS:
             print(f"fuser bench --after-producer {after_producer}: one of {', '.join(PRODUCERS)}", file=sys.stderr)
             return 2
-        if cpu or sweep or overlap or not torch.cuda.is_available():
+        if not times_table:
             print(f"fuser bench --after-producer {after_producer}: it times the table's kernels, which this run "
                   "does not (it needs CUDA, and the default table; a sweep names its own producer)", file=sys.stderr)
             after_producer = None
@@ -626,7 +629,7 @@ def run_bench(*, quick: bool = False, plot: str | None = None, only: Sequence[st
             print(f"fuser bench --plot {plot}: drawing the chart needs matplotlib (pip install matplotlib); "
                   "running without it", file=sys.stderr)
             plot = None
-        elif cpu or sweep or overlap or not torch.cuda.is_available():
+        elif not times_table:
             print(f"fuser bench --plot {plot}: the chart shows kernel timings, which this run does not make "
                   "(it needs CUDA, and the default table)", file=sys.stderr)
             plot = None
