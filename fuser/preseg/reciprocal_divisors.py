@@ -14,9 +14,11 @@ where they differ by one ulp of the narrow type. And only where the divisor is t
 across an axis of the quotient (a broadcast axis, or a scalar): elsewhere the reciprocal
 costs what the division did.
 
-Generated code (`fuser::div_by_reciprocal`) falls back to a / b where 1/b overflows (a
-nonzero divisor below 2^-128 in float): there a * inf would be infinite, a / b finite.
-Zero, infinite and NaN divisors give what the division gives. The IR op stays a
+Generated code (`fuser::div_by_reciprocal`) keeps the reciprocal finite where 1/b would
+overflow (a nonzero divisor below 2^-128 in float, where a * inf would be infinite and a / b
+finite): a divisor below the smallest normal is scaled by a power of two before the
+reciprocal and the product scaled back, two multiplies an element and no branch. Zero,
+infinite and NaN divisors give what the division gives. The IR op stays a
 division, so the reference executor and every other reader see a / b.
 """
 from __future__ import annotations
