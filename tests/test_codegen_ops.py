@@ -448,3 +448,24 @@ def test_runtime_headers_are_package_data():
     assert "namespace fuser" in text and "struct alignas(2) __half" in text
     # self-contained: includes nothing (NVRTC compiles it without include paths)
     assert not any(line.lstrip().startswith("#include") for line in text.splitlines())
+
+
+@pytest.mark.nvcc
+def test_bfloat16_widens_as_a_pair_not_a_shift():
+    # bf16 -> float puts the bits in a float's high half, built as the pair {0, b}: ptxas then
+    # moves the high element of a loaded 32-bit word into place with one PRMT (a 16-bit shift
+    # cost it a PRMT and a SHF). An RMSNorm row of bf16 widens every element so.
+    import re
+
+    import torch
+
+    from cuda_units import ptx_of
+
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.BFloat16)
+        xf = fd.ops.cast(x, DataType.Float)
+        ms = fd.ops.broadcast_in_dim(fd.ops.sum(fd.ops.mul(xf, xf), dims=[1]), shape=x.shape(), broadcast_dims=[0])
+        fd.add_output(fd.ops.cast(fd.ops.mul(xf, fd.ops.rsqrt(ms)), DataType.BFloat16))
+    ptx = ptx_of(fd.cuda_code_for([torch.empty(4096, 4096, dtype=torch.bfloat16, device="meta")]))
+    assert ptx.count("cvt.u32.u16") == 0
+    assert len(re.findall(r"mov\.b32\s+%r\d+, \{%rs\d+, %rs\d+\};", ptx)) >= 16
