@@ -6,7 +6,7 @@ softmax as Thunder writes it, and divisors below 2^-128, against eager PyTorch."
 import pytest
 import torch
 
-from fuser import DataType, FusionDefinition
+from fuser import DataType
 from fuser.frontend.cache import FusionCache
 from fuser.ir import BinaryOp, BinaryOpType
 from fuser.preseg import run_passes
@@ -14,39 +14,10 @@ from fuser.preseg.reciprocal_divisors import NAME
 from fuser.runtime.tolerance import assert_close
 
 from cuda_units import compile_all, ptx_of
+from preseg_fusions import BF16, F16, F32, TORCH as _TORCH, define as _define, matrix as _matrix, meta as _meta
+from preseg_fusions import ran_kernels as _ran_kernels, row as _row, softmax as softmax_div
 
-F32, BF16, F16 = DataType.Float, DataType.BFloat16, DataType.Half
-_TORCH = {F32: torch.float32, BF16: torch.bfloat16, F16: torch.float16, DataType.Double: torch.float64}
 HELPER = "fuser::div_by_reciprocal("
-
-
-def _define(build) -> FusionDefinition:
-    with FusionDefinition() as fd:
-        build(fd)
-    return fd
-
-
-def _matrix(fd, dt: DataType):
-    return fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=dt)
-
-
-def _row(fd, t, shape):
-    """A [M] row value broadcast over `shape`'s columns (expanded, as Thunder writes it)."""
-    return fd.ops.broadcast_in_dim(t, shape=shape, broadcast_dims=[0])
-
-
-def softmax_div(dt: DataType = BF16, out: DataType | None = BF16):
-    """softmax over the last dim as Thunder defines it: exp(x - max) / sum, in float; the
-    result cast to `out` (None: left in float, a fusion output)."""
-
-    def build(fd):
-        x = _matrix(fd, dt)
-        xf = fd.ops.cast(x, F32) if dt is not F32 else x
-        e = fd.ops.exp(fd.ops.sub(xf, _row(fd, fd.ops.max(xf, dims=[1]), x.shape())))
-        y = fd.ops.div(e, _row(fd, fd.ops.sum(e, dims=[1]), x.shape()))
-        fd.add_output(fd.ops.cast(y, out) if out is not None else y)
-
-    return build
 
 
 def normalize_div(dt: DataType, out: DataType):
@@ -63,10 +34,6 @@ def _marked(fd) -> list[bool]:
     """by_reciprocal of each division of the fusion the segmenter gets."""
     return [e.by_reciprocal for e in run_passes(fd.fusion).fusion.exprs()
             if isinstance(e, BinaryOp) and e.op_type is BinaryOpType.Div]
-
-
-def _meta(shape, dt: DataType):
-    return torch.empty(shape, dtype=_TORCH[dt], device="meta")
 
 
 # --- what the pass marks ----------------------------------------------------------------------
@@ -172,8 +139,6 @@ def test_the_kernels_compile_for_every_quotient_type():
 # --- on a GPU ---------------------------------------------------------------------------------
 
 
-def _ran_kernels(fd) -> bool:
-    return all(run.kernel for run in fd._entry.last_runner.segment_runs())
 
 
 @pytest.mark.gpu

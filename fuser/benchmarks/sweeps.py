@@ -210,6 +210,12 @@ SWEEPS: tuple[Sweep, ...] = (
     *_timed_both(Sweep("pointwise_stream_loads", "fuser.lower.pointwise", "POINTWISE_STREAM_LOADS", (False, True),
                       "gelu_tanh_bf16", GELU_SHAPES,
                       "a pointwise kernel's inputs read once loaded plainly or evict-first (ld.global.cs)")),
+    # near issue-bound on an H200 (SASS, bf16 [16384, 4096] softmax: 422 instructions a
+    # thread's row, 370 with ex2.approx; at 8 warps a row and 124 rows an SM, 53-60 us of
+    # issue at 1.98-1.75 GHz against 63 us to move the bytes)
+    *_timed_both(Sweep("approx_exp_softmax_fwd_bf16", "fuser.preseg.approx_exp", "ENABLED", (False, True),
+                       "softmax_fwd_bf16", NORM_SHAPES,
+                       "exps reaching only narrow outputs computed by expf or by ex2.approx (the opt-in pass)")),
     *_timed_both(Sweep("pointwise_big_block", "fuser.scheduler.pointwise", "BIG_BLOCK", (128, 256, 512),
                       "gelu_tanh_bf16", GELU_SHAPES,
                       "threads of a pointwise block once there are several waves of blocks")),

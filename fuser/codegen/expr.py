@@ -118,7 +118,7 @@ def _value(e: Expr) -> str:
             folded = _folded(e.operand, e.dtype, e.out)
             if folded:
                 return folded
-        return emit_unary(e.op, expr(e.operand), e.dtype, e.out)
+        return emit_unary(e.op, expr(e.operand), e.dtype, e.out, approx=e.approx)
     if isinstance(e, Binary):
         return emit_binary(e.op, expr(e.lhs), expr(e.rhs), e.lhs_dtype, e.rhs_dtype, e.out, common=e.common,
                            rounded=e.rounded, by_reciprocal=e.by_reciprocal)

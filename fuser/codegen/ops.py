@@ -404,8 +404,9 @@ def _unary_compute(src: DataType, out: DataType) -> DataType:
     return src
 
 
-def emit_unary(op: UnaryOpType, x: str, src: DataType, out: DataType) -> str:
-    """`op(x)` as a `ctype(out)` expression; `Cast` converts (`emit_cast`)."""
+def emit_unary(op: UnaryOpType, x: str, src: DataType, out: DataType, *, approx: bool = False) -> str:
+    """`op(x)` as a `ctype(out)` expression; `Cast` converts (`emit_cast`). `approx`: a float
+    exp as ex2.approx (fuser.preseg.approx_exp)."""
     _check_dtype(src, op.value)
     _check_dtype(out, op.value)
     if op is UnaryOpType.Cast:
@@ -415,6 +416,8 @@ def emit_unary(op: UnaryOpType, x: str, src: DataType, out: DataType) -> str:
     if spec is None or _kind(c) not in spec[1]:
         raise NotImplementedError(f"{op.value}: not supported for a {src} operand with a {out} result (computed in {c})")
     fn, _, rule = spec
+    if approx and op is UnaryOpType.Exp and c is DataType.Float:
+        fn = "exp_approx"
     core = f"fuser::{fn}({emit_cast(x, src, c)})"
     return emit_cast(core, _result_dtype(rule, c), out)
 

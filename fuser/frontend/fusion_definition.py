@@ -994,7 +994,7 @@ KNOWN_ENABLE_OPTIONS = frozenset({
     "greedy_scheduler", "host_ir_lowering", "id_model", "id_model_extra_validation", "io_to_lower_precision",
     "kernel_db", "kernel_debug", "kernel_lineinfo", "kernel_profile", "linear_decomposition", "memory_promotion",
     "reuse_zeroed_memory", "static_fusion_count", "wait_debugger", "warn_register_spill", "ws_normalization",
-    "copy_engine",
+    "copy_engine", "approx_exp",
 })
 #: nvFuser's NVFUSER_DISABLE option names, and fuser's own FUSER_DISABLE ones
 KNOWN_DISABLE_OPTIONS = frozenset({

@@ -131,6 +131,9 @@ class UnaryOp(Expr):
     """out = op(in); a Cast converts to the output's dtype."""
 
     attr_names = ("op_type",)
+    #: a float exp generated code may compute as ex2.approx(x log2 e) (set by the opt-in
+    #: preseg pass fuser.preseg.approx_exp; cloned with the expr)
+    approx = False
 
 
 class BinaryOp(Expr):

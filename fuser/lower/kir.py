@@ -182,12 +182,14 @@ class Not(Expr):
 
 @dataclass(frozen=True)
 class Unary(Expr):
-    """A Fusion IR unary op (Cast included) on `operand` of `dtype`, giving `out`."""
+    """A Fusion IR unary op (Cast included) on `operand` of `dtype`, giving `out`. `approx`:
+    a float exp computed as ex2.approx (see `fuser.preseg.approx_exp`)."""
 
     op: UnaryOpType
     operand: Expr
     dtype: DataType
     out: DataType
+    approx: bool = False
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,7 @@ def arith(e, out: Val, operand: Operand) -> Expr:
     """`out` of the unary, binary or ternary op `e`, its operands via `operand`."""
     if isinstance(e, UnaryOp):
         (x,) = e.inputs
-        return Unary(e.op_type, operand(x), x.dtype, out.dtype)
+        return Unary(e.op_type, operand(x), x.dtype, out.dtype, approx=e.approx)
     if isinstance(e, BinaryOp):
         a, b = e.inputs
         # comparisons run in the type PyTorch compares in (a scalar does not widen a tensor)

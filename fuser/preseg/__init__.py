@@ -1,7 +1,8 @@
 """Pre-segmentation passes: rewrites of a defined fusion's IR that never change what it
 computes, run on a copy of it before the segmenter sees it (nvFuser's preseg passes).
 
-Each pass has a name that `FUSER_DISABLE` turns it off by; `run_passes` returns the
+Each pass has a name that `FUSER_DISABLE` turns it off by (an opt-in pass, one that
+`FUSER_ENABLE` or its module's switch turns on); `run_passes` returns the
 fusion to segment and, for each of its values, the defined fusion's value it stands for,
 so that segments can be described in the user's terms (`fd.segment`).
 """
@@ -13,7 +14,7 @@ from typing import Callable
 from fuser.ir import Fusion, Val
 from fuser.options import disabled
 
-from . import input_broadcast, reciprocal_divisors, rounded_products, tanh_sigmoid
+from . import approx_exp, input_broadcast, reciprocal_divisors, rounded_products, tanh_sigmoid
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,8 @@ class Pass:
     name: str
     applies: Callable[[Fusion], bool]
     run: Callable[[Fusion, dict[Val, Val]], int]
+    #: an opt-in pass: whether it is switched on now (None: on unless FUSER_DISABLE names it)
+    switched_on: Callable[[], bool] | None = None
 
 
 #: in the order they run
@@ -32,6 +35,7 @@ PASSES: tuple[Pass, ...] = (
     Pass(input_broadcast.NAME, input_broadcast.applies, input_broadcast.fold_input_broadcasts),
     Pass(tanh_sigmoid.NAME, tanh_sigmoid.applies, tanh_sigmoid.tanh_to_sigmoid),
     Pass(reciprocal_divisors.NAME, reciprocal_divisors.applies, reciprocal_divisors.mark_reciprocal_divisors),
+    Pass(approx_exp.NAME, approx_exp.applies, approx_exp.mark_approx_exps, approx_exp.switched_on),
     # last: it judges the products the rewrites above leave
     Pass(rounded_products.NAME, rounded_products.applies, rounded_products.mark_rounded_products),
 )
@@ -53,8 +57,10 @@ class PresegFusion:
 
 
 def enabled_passes() -> tuple[str, ...]:
-    """The names of the passes FUSER_DISABLE does not turn off, in order."""
-    return tuple(p.name for p in PASSES if not disabled(p.name))
+    """The names of the passes FUSER_DISABLE does not turn off and, of the opt-in ones,
+    those switched on, in order."""
+    return tuple(p.name for p in PASSES
+                 if not disabled(p.name) and (p.switched_on is None or p.switched_on()))
 
 
 def run_passes(fusion: Fusion) -> PresegFusion:
