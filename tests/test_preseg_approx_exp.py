@@ -103,7 +103,7 @@ def test_the_reference_executor_still_takes_exp(switched_on):
 
 
 @pytest.mark.nvcc
-def test_the_exps_take_ex2_approx_keeping_subnormals(switched_on):
+def test_the_exps_take_ex2_approx_keeping_subnormals(switched_on, monkeypatch):
     marked = _define(softmax()).cuda_code_for([_meta((16384, 4096), BF16)])
     assert HELPER in marked
     ptx = ptx_of(marked)
@@ -111,11 +111,8 @@ def test_the_exps_take_ex2_approx_keeping_subnormals(switched_on):
     # (expf's sequence ends in ex2.approx.ftz)
     assert ptx.count("ex2.approx.f32") >= 16 and "ex2.approx.ftz.f32" not in ptx
     FusionCache.reset()
-    approx_exp.ENABLED = False
-    try:
-        plain = ptx_of(_define(softmax()).cuda_code_for([_meta((16384, 4096), BF16)]))
-    finally:
-        approx_exp.ENABLED = True
+    monkeypatch.setattr(approx_exp, "ENABLED", False)
+    plain = ptx_of(_define(softmax()).cuda_code_for([_meta((16384, 4096), BF16)]))
     assert "ex2.approx.ftz.f32" in plain and "ex2.approx.f32 " not in plain.replace("ex2.approx.ftz.f32", "")
 
 

@@ -39,13 +39,13 @@ from fuser.ir import (
 )
 from fuser.options import enabled
 
+from .reciprocal_divisors import NARROW  # the result types whose rounding hides a float ulp
+
 #: the pass's FUSER_ENABLE name
 NAME = "approx_exp"
 #: marks exps without FUSER_ENABLE (off: not yet timed on a GPU)
 ENABLED = False
 
-#: the result types whose rounding hides the approximation
-NARROW = frozenset({DataType.Half, DataType.BFloat16})
 #: ops whose result's relative error is the operands' (summed): a * b, a / b, 1 / a
 _PRODUCTS = frozenset({BinaryOpType.Mul, BinaryOpType.Div})
 #: ops that move values without changing them
