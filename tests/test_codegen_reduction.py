@@ -156,8 +156,11 @@ def test_one_long_row_is_a_grid_reduction():
 
 def test_outer_sum_reduces_over_threadIdx_y():
     src, _ = _code(_sum([0]), [_meta((16384, 8192))])
-    # a thread's 4 columns (its vector's lanes) combine over the block in one call
-    assert src.count("fuser::block_allreduce_tile_y<true, 16, 16>(acc") == 1 and "fuser::load_vec_stream<float, 4>" in src
+    # a thread's 4 columns (its vector's lanes) combine over the block in one call; 128
+    # column blocks, near the SM count, take their whole rows (OUTER_WHOLE_COLUMNS) in
+    # blocks of 16 x 64 threads
+    assert src.count("fuser::block_allreduce_tile_y<true, 16, 64>(acc") == 1 and "fuser::load_vec_stream<float, 4>" in src
+    assert "grid_arrive" not in src
     assert "block_allreduce_y" not in src
 
 

@@ -131,6 +131,15 @@ SWEEPS: tuple[Sweep, ...] = (
           "blocks per SM of 1024 threads loading 8 rows a step (nvFuser's outer plan: one such block an SM)",
           fixed=(("fuser.scheduler.reduction", "OUTER_ROWS_UNROLL", 8),
                  ("fuser.scheduler.reduction", "OUTER_BLOCK_THREADS", 1024)), producer="copy"),
+    # ... and nvFuser's plan itself where the column blocks come near the SM count: no grid
+    # split (its first run has no arrival counters to zero: 1.95 us of fuser's 130.4 on an
+    # H200 at fp32 [16384, 8192]), each block's whole rows, 1024 threads loading 8 rows a step
+    # (fp32: bf16 columns this wide take narrow blocks instead; [16384, 4096] takes neither)
+    *_timed_both(Sweep("outer_whole_columns_fp32", "fuser.scheduler.reduction", "OUTER_WHOLE_COLUMNS",
+                       (None, 0.9, 0.5), "sum_outer_fp32",
+                       ((16384, 8192), (4096, 8192), (32768, 8192), (16384, 12288), (16384, 4096)),
+                       "column blocks (a fraction of the SMs) from which an outer reduction's blocks take their "
+                       "whole rows (None: never)")),
     Sweep("few_rows_elements", "fuser.scheduler.reduction", "FEW_ROWS_ELEMENTS", (4, 8, 16, 32),
           "softmax_fwd_bf16", ((32, 1000), (64, 1000), (128, 1000), (132, 2048), (64, 4096), (128, 8192)),
           "elements of its row a thread holds where rows are too few to give every SM a block"),

@@ -351,6 +351,20 @@ OUTER_BLOCK_THREADS = BLOCK_THREADS
 #: batch norm bf16 [16384, 4096] / [8192, 8192] / [2048, 16384] / [1024, 1000]: 138.6 /
 #: 132.3 / 70.1 / 22.6 -> 135.1 / 130.6 / 67.3 / 21.8 us
 OUTER_NARROW_UNROLL = True
+#: column blocks, as a fraction of the SMs, from which an outer reduction's blocks each take
+#: their columns' whole rows (no grid split, so no partials or arrival counters) with
+#: OUTER_WHOLE_BLOCK_THREADS threads loading OUTER_WHOLE_ROWS rows a step (nvFuser's plan for
+#: the anchors' outer sum, fp32 [16384, 8192]: 128 blocks of 16 x 64 threads, 8 rows a step);
+#: below it (and below OUTER_BLOCKS_PER_SM blocks an SM) blocks share rows. None: never.
+#: `bench --sweep outer_whole_columns_fp32*`, H100, sum over dim 0 fp32 µs at None / 0.9 /
+#: 0.5, loop-timed: [16384, 8192] 173.0 / 171.2 / 171.2, [4096, 8192] 46.3 / 43.9 / 43.8,
+#: [32768, 8192] 340.8 / 341.0 / 340.8, [16384, 12288] (96 blocks of 32 x 4) 260.3 / 260.0 /
+#: 263.9; after the producer 180.7 / 178.9 / 178.4, 48.0 / 45.9 / 45.7, 355.8 / 353.8 /
+#: 354.2, 272.1 / 275.4 / 275.1. On an H200 only nvFuser's kernel of this plan was timed:
+#: 124.7 us against fuser's 128.1 sharing rows (ncu, [16384, 8192])
+OUTER_WHOLE_COLUMNS: float | None = 0.9
+OUTER_WHOLE_BLOCK_THREADS = 1024
+OUTER_WHOLE_ROWS = 8
 #: threads across the columns of an outer reduction's block at least, where the columns are
 #: too few to give every SM a block
 FEW_COLUMNS_MIN_BDX = 4
@@ -447,6 +461,7 @@ def heuristics(sub: SubFusion, geo: ReductionGeometry, vectorize: int) -> Reduct
     # combine (sum over dim 0 of [16384, 4096] bf16: 82.5% of copy with 12 blocks per row,
     # 81.4% with 16, 74.8% with 33; fp32 [16384, 8192]: 99.1-99.6% from 4 to 16)
     grid_y = 1
+    most_rows = _narrow_rows(sub, vectorize)
     if blocks < OUTER_BLOCKS_PER_SM * sms and steps > 8:
         narrow_vec = vectorize
         while narrow_vec > NARROW_MIN_VECTOR and _outer_blocks(rows, narrow_vec) < OUTER_BLOCKS_PER_SM * sms:
@@ -458,6 +473,13 @@ def heuristics(sub: SubFusion, geo: ReductionGeometry, vectorize: int) -> Reduct
             # 27.43 us, fp32 50.16 -> 47.41)
             vectorize, bdx = narrow_vec, NARROW_BDX
             bdy = max(1, min(OUTER_BLOCK_THREADS // bdx, _pow2_ceil(cols)))
+        elif (OUTER_WHOLE_COLUMNS is not None and -(-col_vecs // bdx) >= OUTER_WHOLE_COLUMNS * sms
+              and not _short_vectors(sub, vectorize)):
+            # a block an SM or near it: taller blocks loading more rows a step put as many
+            # bytes in flight as blocks sharing rows would, without their partials (16-byte
+            # vectors: what was measured)
+            bdy = max(1, min(OUTER_WHOLE_BLOCK_THREADS // bdx, _pow2_ceil(cols)))
+            most_rows = max(most_rows, OUTER_WHOLE_ROWS)
         else:
             grid_y = max(1, min(-(-OUTER_BLOCKS_PER_SM * sms // blocks), steps // 4, 1024))
     elif blocks < sms:
@@ -471,7 +493,7 @@ def heuristics(sub: SubFusion, geo: ReductionGeometry, vectorize: int) -> Reduct
         # of a 2-element tile then goes through warp shuffles)
         vectorize = wave_vector(rows, bdx, vectorize, sms)
         bdy = max(1, min(OUTER_BLOCK_THREADS // bdx, _pow2_ceil(-(-cols // UNROLL))))
-    unroll = _rows_unroll(cols, bdy, _narrow_rows(sub, vectorize) if vectorize == width else UNROLL)
+    unroll = _rows_unroll(cols, bdy, most_rows if vectorize == width else UNROLL)
     if grid_y > 1:
         # each block takes ceil(steps / grid_y) of the kernel's steps: as few blocks as that
         # needs, so none is left without rows, writing a partial the last block must still
@@ -482,15 +504,19 @@ def heuristics(sub: SubFusion, geo: ReductionGeometry, vectorize: int) -> Reduct
     return ReductionParams(False, False, vectorize, bdx, bdy, unroll, grid_y, info.index_type)
 
 
+def _short_vectors(sub: SubFusion, vectorize: int) -> bool:
+    """Whether an input's vectors of `vectorize` elements are under 16 bytes (a wider tensor
+    or the row's length set the width)."""
+    itemsizes = [tv.dtype.itemsize for tv in sub.inputs if isinstance(tv, TensorView)]
+    return bool(itemsizes) and vectorize * min(itemsizes) < VECTOR_BYTES
+
+
 def _narrow_rows(sub: SubFusion, vectorize: int) -> int:
     """Most rows an outer reduction's thread loads per step: UNROLL, twice that where its
     vectors of the inputs are under 16 bytes because a wider tensor set the width (a batch
     norm's float statistics over bf16 rows), so that as many bytes are in flight
     (OUTER_NARROW_UNROLL)."""
-    itemsizes = [tv.dtype.itemsize for tv in sub.inputs if isinstance(tv, TensorView)]
-    if not OUTER_NARROW_UNROLL or not itemsizes or vectorize * min(itemsizes) >= VECTOR_BYTES:
-        return OUTER_ROWS_UNROLL
-    return 2 * OUTER_ROWS_UNROLL
+    return 2 * OUTER_ROWS_UNROLL if OUTER_NARROW_UNROLL and _short_vectors(sub, vectorize) else OUTER_ROWS_UNROLL
 
 
 def _outer_blocks(columns: int, vectorize: int) -> int:
