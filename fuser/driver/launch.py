@@ -40,6 +40,7 @@ alignment, as pycuda packs them).
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import importlib
@@ -48,7 +49,7 @@ import struct
 import sys
 import threading
 import warnings
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 __all__ = ["CompiledKernel", "KernelLaunchError", "DEFAULT_SHARED_MEM_LIMIT"]
 
@@ -124,6 +125,24 @@ def _primary_context(cuda: Any, index: int) -> Any:
         ctx = cuda.Device(index).retain_primary_context()
         _primary_contexts[index] = ctx
     return ctx
+
+
+@contextlib.contextmanager
+def primary_context_pushed(index: int) -> Iterator[Any]:
+    """``pycuda.driver`` with device `index`'s primary context pushed (for loading a module
+    there); afterwards whatever context PyTorch had current on this thread is current again,
+    so PyTorch's idea of the current device never changes."""
+    _require_pycuda()
+    drv = _driver()
+    before = drv.current_context()
+    cuda = _pycuda()
+    _primary_context(cuda, index).push()
+    try:
+        yield cuda
+    finally:
+        cuda.Context.pop()
+        if before and drv.current_context() != before:
+            drv.check(drv.lib.cuCtxSetCurrent(before), "cuCtxSetCurrent")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -300,29 +319,18 @@ class CompiledKernel:
         self._pack_into = self._struct.pack_into
         self._opted_in = False  # (to dynamic shared memory past the default limit)
 
-        # pycuda keeps its own context stack and pushes/pops on the driver's; whatever context
-        # PyTorch had current on this thread is put back afterwards, so PyTorch's idea of the
-        # current device is never changed by loading a kernel.
-        _require_pycuda()
-        drv = _driver()
-        before = drv.current_context()
-        cuda = _pycuda()
-        self._cuda = cuda
-        ctx = _primary_context(cuda, self.device_index)
-        ctx.push()
-        try:
-            self.module = cuda.module_from_buffer(self.cubin)
-            self.function = self.module.get_function(name)
-        except cuda.Error as e:
-            raise KernelLaunchError(
-                f"cannot load kernel {name!r} on cuda:{self.device_index}: {e} (a CUBIN must be built "
-                f"for this GPU's architecture, see fuser.driver.nvrtc.device_arch, and the kernel "
-                f"declared extern \"C\")"
-            ) from e
-        finally:
-            cuda.Context.pop()
-            if before and drv.current_context() != before:
-                drv.check(drv.lib.cuCtxSetCurrent(before), "cuCtxSetCurrent")
+        # (pycuda keeps its own context stack and pushes/pops on the driver's)
+        with primary_context_pushed(self.device_index) as cuda:
+            self._cuda = cuda
+            try:
+                self.module = cuda.module_from_buffer(self.cubin)
+                self.function = self.module.get_function(name)
+            except cuda.Error as e:
+                raise KernelLaunchError(
+                    f"cannot load kernel {name!r} on cuda:{self.device_index}: {e} (a CUBIN must be built "
+                    f"for this GPU's architecture, see fuser.driver.nvrtc.device_arch, and the kernel "
+                    f"declared extern \"C\")"
+                ) from e
         #: dynamic shared bytes a launch may take: without opting in, what the default
         #: limit leaves beside the static shared memory
         self._shared_limit = max(0, DEFAULT_SHARED_MEM_LIMIT - int(self.function.shared_size_bytes))

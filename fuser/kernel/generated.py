@@ -11,10 +11,11 @@ from typing import Any, Sequence
 import torch
 
 from fuser.codegen.cuda import kernel_source
+from fuser.driver.counters import arena_counters
 from fuser.ir import Fusion, TensorView
 from fuser.lower.kir import Kernel
 from fuser.lower.lower import NotLowerable
-from fuser.options import disabled
+from fuser.options import disabled, enabled
 from fuser.runtime import philox
 from fuser.runtime.index_check import ErrorFlag
 from fuser.scheduler import SchedulerRuntimeInfo
@@ -69,7 +70,10 @@ class GeneratedKernel:
         #: fixed the grid
         self._work: list[tuple[int, ...]] = []
         self._semaphore: int | None = None
-        self._semaphores: dict[int, torch.Tensor] = {}
+        #: the arrival counters' address per stream (the device's shared arena, or zeros of
+        #: this kernel's own, kept in _own_counters)
+        self._semaphores: dict[int, int] = {}
+        self._own_counters: list[torch.Tensor] = []
         #: (param position, flag) of the index ops' device bounds checks
         self._index_error: tuple[int, ErrorFlag] | None = None
         #: positions of the unseeded RNG ops' seed and base offset, filled per execution
@@ -245,24 +249,33 @@ class GeneratedKernel:
     def _grid_buffers(self, values: list[Any]) -> list[torch.Tensor]:
         """A grid reduction's buffers: partials from PyTorch's allocator for this launch
         (returned: the caller holds them until the launch is issued), and arrival counters
-        kept per stream (the last block zeroes them again, and launches on one stream run
-        in order)."""
+        per stream (the last block zeroes them again, and launches on one stream run in
+        order): the device's shared arena where the stream owns it (no fill to launch),
+        else zeros of the kernel's own."""
         dev = self.info.device
         work = [torch.empty(n, dtype=torch.uint8, device=dev) for _, n in self._work]
         for (k, _), buf in zip(self._work, work):
             values[k] = buf.data_ptr()
         if self._semaphore is not None:
-            # a launch captured in a CUDA graph gets counters of its own, zeroed by the graph
-            # at each replay: replays may run on any stream, beside eager launches
-            capturing = torch.cuda.is_current_stream_capturing()
+            count = max(2, self.grid[0])
+            if torch.cuda.is_current_stream_capturing():
+                # counters of its own, zeroed by the graph at each replay: replays may run
+                # on any stream, beside eager launches
+                sem = torch.zeros(count, dtype=torch.int32, device=dev)
+                values[self._semaphore] = sem.data_ptr()
+                work.append(sem)
+                return work
             stream = torch.cuda.current_stream(dev).cuda_stream
-            sem = None if capturing else self._semaphores.get(stream)
-            if sem is None:
-                sem = torch.zeros(max(2, self.grid[0]), dtype=torch.int32, device=dev)
-                if not capturing:
-                    self._semaphores[stream] = sem
-            values[self._semaphore] = sem.data_ptr()
-            work.append(sem)
+            address = self._semaphores.get(stream)
+            if address is None:
+                # (opt-in until its GPU tests have run: FUSER_ENABLE=counter_arena)
+                address = arena_counters(dev.index, stream, count) if enabled("counter_arena") else None
+                if address is None:
+                    own = torch.zeros(count, dtype=torch.int32, device=dev)
+                    self._own_counters.append(own)
+                    address = own.data_ptr()
+                self._semaphores[stream] = address
+            values[self._semaphore] = address
         return work
 
 
