@@ -885,6 +885,8 @@ class Simulator(rs.Simulator):
         if t is kir.Binary:
             return binary(e.op, self.value(e.lhs, mask), self.value(e.rhs, mask), e.lhs_dtype, e.rhs_dtype, e.out,
                           e.common)
+        if t is kir.ReciprocalScale:
+            return rs.reciprocal_scale(torch.as_tensor(cast(self.value(e.value, mask), e.dtype, e.out)), e.out)
         if t is kir.Ternary:
             if e.op is TernaryOpType.Where:
                 # C's ?: evaluates only the chosen side: a load the condition skips never faults

@@ -12,7 +12,7 @@ import dataclasses
 
 import torch
 
-from fuser.ir import ParallelType
+from fuser.ir import DataType, ParallelType
 from fuser.ir.dtype import compute_dtype
 from fuser.ir.exprs import BinaryOpType, TernaryOpType, UnaryOpType
 from fuser.lower import kir
@@ -21,6 +21,14 @@ import test_codegen_resize as tcr
 import test_codegen_transpose as tct
 
 KernelFault = tct.KernelFault
+
+def reciprocal_scale(b: torch.Tensor, out: DataType) -> torch.Tensor:
+    """kir.ReciprocalScale of divisor `b` in `out` (Float or Double): 2^64 (2^512) below the
+    smallest normal, else 1 (fuser::reciprocal_scale)."""
+    b = b.to(out.torch)
+    tiny, big = (2.0**-126, 2.0**64) if out is DataType.Float else (2.0**-1022, 2.0**512)
+    return torch.where(b.abs() < tiny, torch.tensor(big, dtype=b.dtype), torch.tensor(1.0, dtype=b.dtype))
+
 
 _UNARY = {
     UnaryOpType.Exp: torch.exp, UnaryOpType.Log: torch.log, UnaryOpType.Neg: torch.neg, UnaryOpType.Abs: torch.abs,
@@ -153,6 +161,8 @@ class Simulator(tcr.Simulator):
     def value(self, e, mask: torch.Tensor):
         if isinstance(e, _Value):
             return e.v
+        if isinstance(e, kir.ReciprocalScale):
+            return reciprocal_scale(torch.as_tensor(self.value(e.value, mask)).to(e.dtype.torch), e.out)
         if isinstance(e, kir.Member):
             return self._field(e.base, e.field, mask)
         if isinstance(e, kir.Unary) and e.op in _UNARY:

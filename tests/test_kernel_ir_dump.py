@@ -122,7 +122,10 @@ def test_softmax_kernel_ir(monkeypatch, capsys):
     assert text.index("maximum<Float>") < text.index("add<Float>")
     assert "GRID_REDUCE" not in text
     assert re.search(r"= cast<BFloat16->Float>\(\w+_l\[", text) and re.search(r"= exp\(\w+_l\[", text), text
-    assert re.search(r"= \w+_l\[[^\]]+\] / \w+$", text, re.M), text
+    # the division by the row's sum: its scale and reciprocal once, two products an element
+    assert re.search(r"^ *(\w+) = reciprocal_scale<Float>\((\w+)\)\n *(\w+) = float\(1\) / \(\2 \* \1\)$",
+                     text, re.M), text
+    assert re.search(r"= \w+_l\[[^\]]+\] \* rcp\w+ \* scl\w+$", text, re.M), text
     assert re.search(r"VECTOR_STORE<BFloat16, \d+>", text), text
     _balanced(text)
     _not_c(text)
@@ -202,6 +205,7 @@ def _every_node_kernel() -> kir.Kernel:
         kir.Sync(),
         kir.WelfordMerge(w, kir.Element(a, kir.IntLit(0)), kir.Element(a, kir.IntLit(1)), kir.IntLit(4)),
         kir.Assign(acc, kir.Member(w, "avg")),
+        kir.Assign(acc, kir.ReciprocalScale(acc, f, f)),
         kir.BlockAllReduce(acc, acc, BinaryOpType.Add, f, smem),
         kir.TileReduceY(a, BinaryOpType.Max, f, smem),
         kir.GridReduce([kir.GridItem(acc, BinaryOpType.Add, f, kir.Const(0.0, f), work, smem, tidx)],
@@ -248,7 +252,7 @@ def test_every_node_prints():
                  "seed=state_or(philox[0], i0)", "lookup<Float>(T0_g, offset=(-1), position=checked_index<Int>("
                  "T0_g[u], extent=i0, check=0, flag=err), stride=gridDim.x)", "ENDIF", "ENDFOR u",
                  "LAUNDER(a_l)", "BLOCK_SYNC", "wf = WELFORD_MERGE(wf, mean=a_l[0], m2=a_l[1], count=4)",
-                 "acc = wf.avg", "acc = BLOCK_ALLREDUCE(add<Float>, acc, over=TIDx, smem=smem_s)",
+                 "acc = wf.avg", "acc = reciprocal_scale<Float>(acc)", "acc = BLOCK_ALLREDUCE(add<Float>, acc, over=TIDx, smem=smem_s)",
                  "a_l = TILE_REDUCE_Y(maximum<Float>, a_l, smem=smem_s)",
                  "GRID_REDUCE(semaphore=sem, flag=flag_s, slots=1, writer=threadIdx.x == 0",
                  "acc = grid add<Float>(acc, init=float(0)) work=w1 smem=smem_s slot=threadIdx.x",

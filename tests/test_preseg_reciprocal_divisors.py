@@ -17,7 +17,10 @@ from cuda_units import compile_all, ptx_of
 from preseg_fusions import BF16, F16, F32, TORCH as _TORCH, define as _define, matrix as _matrix, meta as _meta
 from preseg_fusions import ran_kernels as _ran_kernels, row as _row, softmax as softmax_div
 
+#: the division inline (a kernel reaching the divisor per element), and the scale a
+#: reduction kernel computes once ahead of its loop for a divisor the whole row shares
 HELPER = "fuser::div_by_reciprocal("
+HOISTED = "fuser::reciprocal_scale("
 
 
 def normalize_div(dt: DataType, out: DataType):
@@ -43,7 +46,10 @@ def _marked(fd) -> list[bool]:
 def test_a_softmax_rounded_to_a_narrow_type_divides_by_reciprocal(dt, out):
     fd = _define(softmax_div(dt, out))
     assert _marked(fd) == [True]
-    assert HELPER in fd.cuda_code_for([_meta((512, 4096), dt)])
+    src = fd.cuda_code_for([_meta((512, 4096), dt)])
+    # the row's sum is a register of the kernel: its scale and reciprocal once, ahead of
+    # the loop over the row's vectors
+    assert src.count(HOISTED) == 1 and HELPER not in src, src
     assert not any(e.by_reciprocal for e in fd.fusion.exprs() if isinstance(e, BinaryOp))  # the user's: unchanged
 
 
@@ -54,7 +60,11 @@ def test_a_narrow_quotient_and_a_scalar_divisor_are_marked():
         fd.add_output(fd.ops.div(x, s))  # bf16 / bf16: computed in float, rounded to bf16
         fd.add_output(fd.ops.cast(fd.ops.div(fd.ops.cast(x, F32), fd.define_scalar(3.0)), BF16))
 
-    assert _marked(_define(build)) == [True, True]
+    fd = _define(build)
+    assert _marked(fd) == [True, True]
+    # a pointwise kernel loads the divisor per element: the division inline
+    src = fd.cuda_code_for([_meta((512, 4096), BF16), _meta((512, 1), BF16)])
+    assert HELPER in src and HOISTED not in src, src
 
 
 def _float_output(fd):
@@ -99,7 +109,8 @@ def test_fuser_disable_names_the_pass(monkeypatch):
     FusionCache.reset()
     fd = _define(softmax_div())
     assert _marked(fd) == [False]
-    assert HELPER not in fd.cuda_code_for([_meta((512, 4096), BF16)])
+    src = fd.cuda_code_for([_meta((512, 4096), BF16)])
+    assert HELPER not in src and HOISTED not in src
 
 
 def test_the_reference_executor_still_divides():
@@ -117,11 +128,11 @@ def test_the_row_takes_one_reciprocal_and_its_elements_multiply():
     FusionCache.reset()
     marked = _define(softmax_div()).cuda_code_for([_meta((16384, 4096), BF16)])
     ptx = ptx_of(marked)
-    # the row's reciprocal once per unrolled vector of the thread's 16 elements (nvcc hoists
-    # it: the divisor is the same for every element), then two multiplies an element (by the
-    # reciprocal, by the scale that keeps it finite for a tiny divisor); no division, so no
-    # branch around an element's multiply
-    assert 1 <= ptx.count("rcp.rn.f32") <= 2
+    # the row's reciprocal once, ahead of the loop over the thread's 16 elements (inline,
+    # nvcc computed it once per vector), then two multiplies an element (by the reciprocal,
+    # by the scale that keeps it finite for a tiny divisor); no division, so no branch
+    # around an element's multiply
+    assert ptx.count("rcp.rn.f32") == 1
     assert ptx.count("div.rn.f32") == 0
     assert ptx.count("mul.f32") + ptx.count("mul.rn.f32") >= 2 * 16
 
@@ -132,8 +143,25 @@ def test_the_kernels_compile_for_every_quotient_type():
     sources = [_define(softmax_div(dt, out)).cuda_code_for([_meta((256, 1000), dt)])
                for dt, out in ((BF16, BF16), (F16, F16), (F32, BF16))]
     sources.append(_define(normalize_div(DataType.Double, BF16)).cuda_code_for([_meta((256, 1000), DataType.Double)]))
-    assert all(HELPER in s for s in sources)
+    assert all(HOISTED in s for s in sources)
     assert compile_all(sources)[:4] == b"\x7fELF"
+
+
+@pytest.mark.parametrize("dt,tiny", [(F32, 1e-42), (DataType.Double, 1e-320)])
+def test_divisors_too_small_for_a_reciprocal_simulate_to_the_reference(dt, tiny):
+    # the reciprocal computed ahead of the loop, scaled where 1 / sum would overflow (rows of
+    # subnormals: sums below 2^-128, 2^-1024 in double), simulated on the CPU
+    from kernel_sim import simulate_fusion
+
+    FusionCache.reset()
+    fd = _define(normalize_div(dt, BF16))
+    torch.manual_seed(5)
+    x = (torch.rand(6, 300, dtype=torch.float64) + 0.5) * tiny
+    x[0] = torch.rand(300, dtype=torch.float64) + 0.5  # and a row of ordinary values
+    x = x.to(_TORCH[dt])
+    assert HOISTED in fd.cuda_code_for([x])
+    report = simulate_fusion(fd, [x])
+    assert report.ok and report.status == "ok" and report.simulated >= 1, str(report)
 
 
 # --- on a GPU ---------------------------------------------------------------------------------

@@ -35,6 +35,7 @@ from fuser.lower.kir import (
     ParallelIndex,
     Param,
     Random,
+    ReciprocalScale,
     StateOr,
     Ternary,
     Unary,
@@ -122,6 +123,8 @@ def _value(e: Expr) -> str:
     if isinstance(e, Binary):
         return emit_binary(e.op, expr(e.lhs), expr(e.rhs), e.lhs_dtype, e.rhs_dtype, e.out, common=e.common,
                            rounded=e.rounded, by_reciprocal=e.by_reciprocal)
+    if isinstance(e, ReciprocalScale):
+        return f"fuser::reciprocal_scale({emit_cast(expr(e.value), e.dtype, e.out)})"
     if isinstance(e, Random):
         return emit_random(e.op is RNGOpType.Normal, e.out, e.state, expr(e.seed), expr(e.offset), expr(e.index),
                            (expr(e.params[0]), expr(e.params[1])), e.param_dtypes)

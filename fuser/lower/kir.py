@@ -212,6 +212,18 @@ class Binary(Expr):
 
 
 @dataclass(frozen=True)
+class ReciprocalScale(Expr):
+    """The power of two s a divisor `value` (of `dtype`, in `out`: Float or Double) is
+    scaled by before its reciprocal, so that a / b = (a (1 / (b s))) s stays finite where
+    1/b would overflow: 2^64 (2^512) below the smallest normal, else 1 (a Binary with
+    `by_reciprocal` computes the same inline; see `fuser.preseg.reciprocal_divisors`)."""
+
+    value: Expr
+    dtype: DataType
+    out: DataType
+
+
+@dataclass(frozen=True)
 class Ternary(Expr):
     """A Fusion IR ternary op (where, lerp, clamp, threshold). `common`: the type threshold
     compares x and its threshold in."""

@@ -226,6 +226,7 @@ _EXPRS: dict[type, Callable[[_Printer, Any], tuple[str, int]]] = {
     kir.Unary: _unary,
     kir.Binary: lambda p, e: p.infix(e.op, e.lhs, e.rhs),
     kir.Ternary: lambda p, e: (f"{e.op.value}({p.exprs(e.operands)})", ATOM),
+    kir.ReciprocalScale: lambda p, e: (f"reciprocal_scale<{_dtype(e.out)}>({p.expr(e.value)})", ATOM),
     kir.Cast: lambda p, e: (f"cast<{_dtype(e.src)}->{_dtype(e.dst)}>({p.expr(e.value)})", ATOM),
     kir.Random: _random,
     kir.StateOr: lambda p, e: (f"state_or({p.expr(e.state)}[{e.k}], {p.expr(e.given)})", ATOM),

@@ -22,6 +22,8 @@ registers in every stage; a reduction kernel has one stage of full expressions.
 from __future__ import annotations
 
 from fuser.ir import (
+    BinaryOp,
+    BinaryOpType,
     DataType,
     Fusion,
     IterDomain,
@@ -238,6 +240,11 @@ class ReductionLowering:
         #: with late loads, per full input the last stage that reads it: a later stage does
         #: not launder it, so its registers are free once read (a launder keeps them live)
         self._last_read: dict[TensorView, int] = {}
+        #: the stage loop being built: the reciprocal of each divisor its full divisions
+        #: share, by the divisor's register or scalar (see _by_reciprocal), and the
+        #: statements computing them once, ahead of the loop
+        self._reciprocals: dict[kir.Expr, tuple[Var, Var]] = {}
+        self._hoisted: list = []
 
     # --- classification ---------------------------------------------------------------------
     def _class_set(self, loop_axis: IterDomain) -> set[int]:
@@ -511,8 +518,10 @@ class ReductionLowering:
                 return self._reg(x, u, v)
             return scalar_value(x, self.params)
 
-        rhs = tensor_value(e, out, operand, self.params, lambda axis: self._axis_index(axis, u, v, out),
-                           _INDEX_DTYPE[self.p.index_type], self.lookups.value)
+        rhs = self._by_reciprocal(e, out, operand)
+        if rhs is None:
+            rhs = tensor_value(e, out, operand, self.params, lambda axis: self._axis_index(axis, u, v, out),
+                               _INDEX_DTYPE[self.p.index_type], self.lookups.value)
         if rhs is None:  # a view: the same element as its operand
             self.regs[out] = self.regs[e.inputs[0]]
             if e.inputs[0] in self._lane_invariant:
@@ -522,6 +531,36 @@ class ReductionLowering:
             return []
         self._array(out, "t")
         return [Assign(self._reg(out, u, v), rhs)]
+
+    def _by_reciprocal(self, e, out: TensorView, operand) -> kir.Expr | None:
+        """A full division marked `by_reciprocal` whose divisor is the same for the whole
+        tile (a reduced scalar register or a scalar): (a r) s, with the divisor's scale s
+        and r = 1 / (b s) computed once ahead of the stage loop (`_hoisted`); None for any
+        other expression. Inline, nvcc recomputed the reciprocal for each vector of the
+        row, each behind its own bounds check."""
+        if not (isinstance(e, BinaryOp) and e.op_type is BinaryOpType.Div and e.by_reciprocal and self.full(out)):
+            return None
+        a, b = e.inputs
+        c = compute_dtype(out.dtype)
+        if c not in (DataType.Float, DataType.Double):
+            return None
+        divisor = operand(b)
+        if isinstance(b, TensorView) and (self.full(b) or not isinstance(divisor, Var)):
+            return None  # a value per element or per lane: nothing to share
+        got = self._reciprocals.get(divisor)
+        if got is None:
+            n = len(self._reciprocals)
+            got = self._reciprocals[divisor] = (Var(f"rcp{n}_s{self._at_stage}"), Var(f"scl{n}_s{self._at_stage}"))
+            rcp, scl = got
+            self._decl(rcp.name, c, None)
+            self._decl(scl.name, c, None)
+            wide = divisor if b.dtype == c else Cast(divisor, b.dtype, c)
+            self._hoisted += [Assign(scl, kir.ReciprocalScale(wide, c, c)),
+                              Assign(rcp, kir.Binary(BinaryOpType.Div, kir.Const(1.0, c),
+                                                     kir.Binary(BinaryOpType.Mul, wide, scl, c, c, c), c, c, c))]
+        rcp, scl = got
+        return kir.Binary(BinaryOpType.Mul, kir.Binary(BinaryOpType.Mul, operand(a), rcp, a.dtype, c, c), scl,
+                          c, c, out.dtype)
 
     def _axis_index(self, axis: IterDomain, u, v, out: TensorView) -> kir.Expr:
         """The index of `out`'s axis `axis` at tile position (u, v) (iota and RNG read it)."""
@@ -565,6 +604,7 @@ class ReductionLowering:
         if not exprs and not reds and not outs and k > 0 and not self._accumulate_columns(k, Var("u"), Var("v")):
             return
         s, u, v = Var("s"), Var("u"), Var("v")
+        self._reciprocals, self._hoisted = {}, []
         # accumulators
         accs = []
         for e in reds:
@@ -619,6 +659,7 @@ class ReductionLowering:
             if inner:
                 step.append(For(u, IntLit(self.U), [If(pred, inner)], unroll=True, dtype=DataType.Int32))
         step.extend(merges)
+        step[:0] = self._hoisted  # (the divisors' reciprocals: before the loops that read them)
         if p.persistent:
             done = [_subst_s(x, IntLit(0)) for x in step]
             self.body.extend(done)

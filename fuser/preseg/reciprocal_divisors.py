@@ -3,8 +3,7 @@
 Softmax as Thunder and users write it, exp(x - max) / sum, divides every element of a row
 by one value. A float32 IEEE division is about ten instructions; on an H200 a bf16
 softmax divided that way is bound by instruction issue, not memory. a * (1/b), with 1/b
-computed once a row (nvcc hoists the reciprocal of a loop-invariant divisor), costs one
-multiply an element.
+computed once a row, costs a multiply an element (two with the scale below).
 
 a * RN(1/b) lies within about one float ulp of a / b. The pass marks a division only where
 that difference cannot be seen: its quotient is rounded to half or bfloat16 (the op's own
@@ -14,12 +13,15 @@ where they differ by one ulp of the narrow type. And only where the divisor is t
 across an axis of the quotient (a broadcast axis, or a scalar): elsewhere the reciprocal
 costs what the division did.
 
-Generated code (`fuser::div_by_reciprocal`) keeps the reciprocal finite where 1/b would
-overflow (a nonzero divisor below 2^-128 in float, where a * inf would be infinite and a / b
-finite): a divisor below the smallest normal is scaled by a power of two before the
-reciprocal and the product scaled back, two multiplies an element and no branch. Zero,
-infinite and NaN divisors give what the division gives. The IR op stays a
-division, so the reference executor and every other reader see a / b.
+Generated code keeps the reciprocal finite where 1/b would overflow (a nonzero divisor
+below 2^-128 in float, where a * inf would be infinite and a / b finite): a divisor below
+the smallest normal is scaled by a power of two s before the reciprocal and the product
+scaled back, (a (1 / (b s))) s, two multiplies an element and no branch. Zero, infinite
+and NaN divisors give what the division gives. A reduction kernel whose divisor is a
+register of the row (the sum softmax divides by) computes s and 1 / (b s) once ahead of
+its loop (`fuser.lower.reduction`); elsewhere `fuser::div_by_reciprocal` computes them with
+each quotient. The IR op stays a division, so the reference executor and every other
+reader see a / b.
 """
 from __future__ import annotations
 
