@@ -235,6 +235,13 @@ SWEEPS: tuple[Sweep, ...] = (
             f, NORM_SHAPES, "most warps per SM an inner-persistent kernel's register cap aims at (0: as many as "
             "its registers allow)")
       for f in ("rmsnorm_fwd_bf16", "layernorm_fwd_bf16", "softmax_fwd_bf16")),
+    # the fp32 norms behind torch.compile on an H200 (RMSNorm [2048, 16384] 73.4 against
+    # 68.4 us, LayerNorm [8192, 8192] 132.8 against 131.5): their rows hold 128-192 bytes a
+    # thread in blocks of 1024 threads, one block an SM
+    *(Sweep(f"persistent_max_held_{f}", "fuser.scheduler.normalization", "MAX_HELD_BYTES", (192, 256, 512), f,
+            ((2048, 16384), (4096, 16384), (8192, 8192), (16384, 4096)),
+            "bytes of held inputs a thread of an inner-persistent row takes before the row takes more threads")
+      for f in ("rmsnorm_fwd_fp32", "layernorm_fwd_fp32")),
     *(Sweep(f"outer_welford_online_{f}", "fuser.lower.reduction", "OUTER_WELFORD_ONLINE", (False, True), f,
             BN_SHAPES, "an outer Welford reduction's lanes updated value by value (sharing the count's "
             "reciprocal), or by tiles (per step the lanes' sums, their means by one shared reciprocal, squared "
