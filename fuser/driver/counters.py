@@ -11,6 +11,7 @@ arena holds get counters of their own (the caller's fallback)."""
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 __all__ = ["ARENA_COUNTERS", "arena_counters"]
 
@@ -29,12 +30,16 @@ _lock = threading.Lock()
 _arenas: dict[int, tuple[int, int, object]] = {}
 
 
-def arena_counters(device_index: int, stream: int, count: int) -> int | None:
+def arena_counters(device: Any, stream: int, count: int) -> int | None:
     """Device address of `count` zeroed counters that kernels launched on `stream` (a raw
-    CUstream handle) share and leave zeroed, or None: another stream owns the device's
-    arena, or `count` is more than it holds."""
+    CUstream handle) of `device` (an index or a torch.device; "cuda" is the current one)
+    share and leave zeroed, or None: another stream owns the device's arena, or `count` is
+    more than it holds."""
+    from .launch import _device_index
+
     if count > ARENA_COUNTERS:
         return None
+    device_index = _device_index(device)
     arena = _arenas.get(device_index)
     if arena is None:
         with _lock:

@@ -269,7 +269,7 @@ class GeneratedKernel:
             address = self._semaphores.get(stream)
             if address is None:
                 # (opt-in until its GPU tests have run: FUSER_ENABLE=counter_arena)
-                address = arena_counters(dev.index, stream, count) if enabled("counter_arena") else None
+                address = arena_counters(dev, stream, count) if enabled("counter_arena") else None
                 if address is None:
                     own = torch.zeros(count, dtype=torch.int32, device=dev)
                     self._own_counters.append(own)
