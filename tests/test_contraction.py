@@ -96,8 +96,11 @@ def test_the_rounded_product_is_a_mul_rn_in_the_ptx(monkeypatch):
     fd = _define(_fuzz_case)
     unfixed_src = fd.cuda_code_for([x.to("meta") for x in _fuzz_inputs("cpu")])
     unfixed = ptx_of(unfixed_src)
-    assert fixed.count("mul.rn.f32") == 2 and unfixed.count("mul.rn.f32") == 0
-    assert unfixed.count("mul.f32") == fixed.count("mul.f32") + 2
+    # (one copy per pass over the row: the compiler merges them where no bounds checks
+    # separate the passes, normalization.EXACT_TILES)
+    rounded = fixed.count("mul.rn.f32")
+    assert rounded >= 1 and unfixed.count("mul.rn.f32") == 0
+    assert unfixed.count("mul.f32") == fixed.count("mul.f32") + rounded
 
 
 def _mul(a: str, b: str, dt: DataType = F) -> Binary:

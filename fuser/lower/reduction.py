@@ -331,7 +331,12 @@ class ReductionLowering:
         return self.ix.lanes_walk(tv, self.ix.index_map(tv, idx, self._steps), lane)
 
     def _row_ok(self, row: kir.Expr) -> kir.Expr | None:
-        return lt(row, self.n_rows) if self.row_axis is not None else None
+        """Whether `row` exists (None: every row the kernel reaches does)."""
+        return lt(row, self.n_rows) if self.row_axis is not None and not self.p.exact else None
+
+    def _col_ok(self, col: kir.Expr) -> kir.Expr | None:
+        """Whether column `col` of a row exists (None: every column the kernel reaches does)."""
+        return None if self.p.exact else lt(col, self.n_cols)
 
     # --- registers --------------------------------------------------------------------------
     def _decl(self, name: str, dtype: DataType, size: int | None, init=None, space=None, welford=False,
@@ -631,7 +636,7 @@ class ReductionLowering:
                 if p.persistent and (kept_in_registers(e) or (k == 0 and p.keep_first_pass)):
                     self._kept.update(o for o in e.outputs if isinstance(o, TensorView) and self.full(o))
         row0, col0 = self._row_col(s, u, IntLit(0))
-        pred = all_of([c for c in (self._row_ok(row0), lt(col0, self.n_cols)) if c is not None])
+        pred = all_of([c for c in (self._row_ok(row0), self._col_ok(col0)) if c is not None])
         merges: list = []
         for e, name, acc_dt in accs:
             x = e.inputs[0]
@@ -651,13 +656,13 @@ class ReductionLowering:
             # each vector's late inputs loaded just before its use: the compiler need not
             # hold a whole tile of them at once (a row loop moves loads, so keeps them apart)
             load_at = len(step)
-            step.append(For(u, IntLit(self.U), [If(pred, loaded + inner)], unroll=True, dtype=DataType.Int32))
+            step.append(For(u, IntLit(self.U), _guarded(pred, loaded + inner), unroll=True, dtype=DataType.Int32))
         else:
             if loads:
                 load_at = len(step)
-                step.append(For(u, IntLit(self.U), [If(pred, loaded)], unroll=True, dtype=DataType.Int32))
+                step.append(For(u, IntLit(self.U), _guarded(pred, loaded), unroll=True, dtype=DataType.Int32))
             if inner:
-                step.append(For(u, IntLit(self.U), [If(pred, inner)], unroll=True, dtype=DataType.Int32))
+                step.append(For(u, IntLit(self.U), _guarded(pred, inner), unroll=True, dtype=DataType.Int32))
         step.extend(merges)
         step[:0] = self._hoisted  # (the divisors' reciprocals: before the loops that read them)
         if p.persistent:
@@ -747,7 +752,8 @@ class ReductionLowering:
                      Assign(Var(tcnt), self.n_cols),
                      Decl(tmean, acc_dt, None, mean), Decl(tm2, acc_dt, None, kir.Const(0, acc_dt)), *start,
                      *again,
-                     For(u, IntLit(self.U), [If(pred, self._over_lanes(second))], unroll=True, dtype=DataType.Int32),
+                     For(u, IntLit(self.U), _guarded(pred, self._over_lanes(second)), unroll=True,
+                         dtype=DataType.Int32),
                      squares,
                      *correct,
                      Assign(Member(acc, "avg"), Var(tmean)), Assign(Member(acc, "m2"), Var(tm2)),
@@ -767,7 +773,8 @@ class ReductionLowering:
             start, each, correct = self._corrected_mean(n, dev, tmean, tm2, count, acc_dt, over_block=False)
             second = second + each
             merge = [Decl(tmean, acc_dt, None, mean), Decl(tm2, acc_dt, None, kir.Const(0, acc_dt)), *start,
-                     For(u, IntLit(self.U), [If(pred, self._over_lanes(second))], unroll=True, dtype=DataType.Int32),
+                     For(u, IntLit(self.U), _guarded(pred, self._over_lanes(second)), unroll=True,
+                         dtype=DataType.Int32),
                      *correct,
                      kir.WelfordMerge(acc, Var(tmean), Var(tm2), at(tcnt))]
         return decls, per_value, merge
@@ -818,7 +825,7 @@ class ReductionLowering:
         second = again + [Assign(Var(tm2), fl(Var(tm2), fl(d, d, B.Mul), B.Add))]
         lane = [Decl(tmean, acc_dt, None, fl(Element(Var(tsum), v), rcp, B.Mul)),
                 Decl(tm2, acc_dt, None, kir.Const(0, acc_dt)),
-                For(u, IntLit(self.U), [If(pred, second)], unroll=True, dtype=DataType.Int32),
+                For(u, IntLit(self.U), _guarded(pred, second), unroll=True, dtype=DataType.Int32),
                 Decl(dev.name, acc_dt, None, fl(Var(tmean), Member(acc, "avg"), B.Sub)),
                 Assign(Member(acc, "avg"), fl(Member(acc, "avg"), fl(dev, weight, B.Mul), B.Add)),
                 Assign(Member(acc, "m2"), fl(Member(acc, "m2"), fl(Var(tm2), fl(fl(dev, dev, B.Mul), spread, B.Mul),
@@ -1020,6 +1027,11 @@ class ReductionLowering:
             row0 = _subst_v_expr(row, IntLit(0))
             cond = all_of([c for c in (writer, self._row_ok(row0)) if c is not None])
             self.body.append(If(cond, body))
+
+
+def _guarded(cond: kir.Expr | None, stmts: list) -> list:
+    """`stmts` under `cond` (None: always)."""
+    return stmts if cond is None else [If(cond, stmts)]
 
 
 def _subst_v_expr(e, value):

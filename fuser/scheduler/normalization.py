@@ -354,8 +354,20 @@ def inner_persistent_heuristics(sub: SubFusion, geo: ReductionGeometry, vectoriz
         min_blocks = persistent_min_blocks(info.device_limits, bdx * bdy, batch * vectorize * held)
     if PERSISTENT_MAX_WARPS:
         min_blocks = max(1, min(min_blocks, PERSISTENT_MAX_WARPS * info.device_limits.warp_size // (bdx * bdy)))
+    # (a row loop's last round of rows depends on the grid, fixed only at load)
+    exact = EXACT_TILES and not loop and geo.n_iter % bdy == 0 and batch * bdx * vectorize == geo.n_red
     return ReductionParams(True, True, vectorize, bdx, bdy, batch, 1, info.index_type, min_blocks,
-                           row_loop=loop, late_loads=late)
+                           row_loop=loop, late_loads=late, exact=exact)
+
+
+#: an inner-persistent kernel whose rows fill its blocks and whose threads' vectors fill
+#: each row exactly (every call's sizes are known when its kernel is planned) checks no
+#: bounds: each guarded vector of the row cost a compare, a convergence barrier and a
+#: jump (ptxas sm_90). SASS instructions of the H200 plans (bf16 [16384, 4096], as they run,
+#: uncapped), whose norms and softmax come near issue-bound: RMSNorm 200 -> 151, LayerNorm
+#: 679 -> 622, Thunder's softmax 720 -> 617. Not yet timed (`bench --sweep
+#: persistent_exact_tiles_*`)
+EXACT_TILES = True
 
 
 #: where an inner-persistent kernel loads each input at the first pass over its rows that
@@ -695,7 +707,8 @@ def inner_outer_heuristics(sub: SubFusion, geo: ReductionGeometry, vectorize: in
     min_blocks = INNER_OUTER_SM_THREADS // (p.bdx * bdy)
     if min_blocks < 2:  # (one block asked for still changes the compiler's choice)
         min_blocks = 0
-    return dataclasses.replace(p, bdy=bdy, min_blocks=min_blocks, row_loop=False, late_loads=False,
+    # (exact: False, the rows taken in turn leave a last round the grid decides)
+    return dataclasses.replace(p, bdy=bdy, min_blocks=min_blocks, row_loop=False, late_loads=False, exact=False,
                                keep_first_pass=keep, spill_max=INNER_OUTER_SPILL_MAX if min_blocks else 0,
                                stage_rows=INNER_OUTER_STAGED_FIT and rows_overflow_registers(sub, geo))
 

@@ -248,7 +248,9 @@ class ReductionParams:
     a thread may spill under `min_blocks`' register cap before the kernel is compiled with
     the compiler's own choice instead (where its grid allows: one planned from what fits).
     `stage_rows` (inner-outer): the row inputs are held in shared-memory stages, whatever
-    their width, because registers would not hold them (normalization.INNER_OUTER_STAGED_FIT)."""
+    their width, because registers would not hold them (normalization.INNER_OUTER_STAGED_FIT).
+    `exact` (inner persistent, no row loop): the rows fill the blocks and each thread's
+    vectors the row, exactly, so the kernel checks no bounds (normalization.EXACT_TILES)."""
 
     inner: bool
     persistent: bool
@@ -264,6 +266,7 @@ class ReductionParams:
     keep_first_pass: bool = False
     spill_max: int = 0
     stage_rows: bool = False
+    exact: bool = False
 
     def __str__(self) -> str:
         # (the optional fields only where they are set)
@@ -271,7 +274,8 @@ class ReductionParams:
                                                     ("late_loads", self.late_loads),
                                                     ("keep_first_pass", self.keep_first_pass),
                                                     ("spill_max", self.spill_max),
-                                                    ("stage_rows", self.stage_rows)) if v)
+                                                    ("stage_rows", self.stage_rows),
+                                                    ("exact", self.exact)) if v)
         return (f"ReductionParams(inner={self.inner}, persistent={self.persistent}, vectorize={self.vectorize}, "
                 f"bdx={self.bdx}, bdy={self.bdy}, unroll={self.unroll}, grid_y={self.grid_y}, "
                 f"index_type={self.index_type}{extra})")
