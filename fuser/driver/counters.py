@@ -35,17 +35,17 @@ def arena_counters(device: Any, stream: int, count: int) -> int | None:
     CUstream handle) of `device` (an index or a torch.device; "cuda" is the current one)
     share and leave zeroed, or None: another stream owns the device's arena, or `count` is
     more than it holds."""
-    from .launch import _device_index
+    from .launch import device_index
 
     if count > ARENA_COUNTERS:
         return None
-    device_index = _device_index(device)
-    arena = _arenas.get(device_index)
+    index = device_index(device)
+    arena = _arenas.get(index)
     if arena is None:
         with _lock:
-            arena = _arenas.get(device_index)
+            arena = _arenas.get(index)
             if arena is None:
-                arena = _arenas[device_index] = (stream, *_load(device_index))
+                arena = _arenas[index] = (stream, *_load(index))
     return arena[1] if arena[0] == stream else None
 
 

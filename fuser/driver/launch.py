@@ -314,7 +314,7 @@ class CompiledKernel:
         if not isinstance(cubin, (bytes, bytearray, memoryview)) or len(cubin) == 0:
             raise ValueError(f"kernel {name}: cubin must be non-empty bytes")
         self.cubin = bytes(cubin)
-        self.device_index = _device_index(device)
+        self.device_index = device_index(device)
         self._pack = self._struct.pack
         self._pack_into = self._struct.pack_into
         self._opted_in = False  # (to dynamic shared memory past the default limit)
@@ -644,7 +644,9 @@ def _stream_handle(stream: Any) -> int:
         raise TypeError(f"stream must be a raw CUstream int, a torch.cuda.Stream or None; got {stream!r}") from None
 
 
-def _device_index(device: Any) -> int:
+def device_index(device: Any) -> int:
+    """The CUDA device index of `device` (an index, a torch.device or its string; None or
+    an unindexed "cuda": the current device)."""
     import torch
 
     if device is None:
