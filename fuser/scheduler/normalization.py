@@ -4,6 +4,8 @@ innermost axes, outer_persistent outer ones, inner_outer_persistent both at once
 reduction per row and an outer one across rows, as in a layer-norm backward)."""
 from __future__ import annotations
 
+import dataclasses
+
 from fuser.ir import ReductionOp, TensorView, WelfordOp
 from fuser.options import disabled
 
@@ -295,7 +297,11 @@ def inner_persistent_plan(sub: SubFusion) -> tuple[ReductionGeometry, int, Reduc
     ValueError where a row does not fit."""
     geo = reduction.geometry(sub, rows=True)
     width = reduction.vectors(sub, geo)[1]
-    return geo, width, inner_persistent_heuristics(sub, geo, width, aim=persistent_elements(sub, geo))
+    p = inner_persistent_heuristics(sub, geo, width, aim=persistent_elements(sub, geo))
+    # (a row loop's last round of rows depends on the grid, fixed only at load)
+    exact = (EXACT_TILES and not p.row_loop and geo.n_iter % p.bdy == 0
+             and p.unroll * p.bdx * p.vectorize == geo.n_red)
+    return geo, width, dataclasses.replace(p, exact=exact)
 
 
 def persistent_elements(sub: SubFusion, geo: ReductionGeometry) -> int:
@@ -354,10 +360,8 @@ def inner_persistent_heuristics(sub: SubFusion, geo: ReductionGeometry, vectoriz
         min_blocks = persistent_min_blocks(info.device_limits, bdx * bdy, batch * vectorize * held)
     if PERSISTENT_MAX_WARPS:
         min_blocks = max(1, min(min_blocks, PERSISTENT_MAX_WARPS * info.device_limits.warp_size // (bdx * bdy)))
-    # (a row loop's last round of rows depends on the grid, fixed only at load)
-    exact = EXACT_TILES and not loop and geo.n_iter % bdy == 0 and batch * bdx * vectorize == geo.n_red
     return ReductionParams(True, True, vectorize, bdx, bdy, batch, 1, info.index_type, min_blocks,
-                           row_loop=loop, late_loads=late, exact=exact)
+                           row_loop=loop, late_loads=late)
 
 
 #: an inner-persistent kernel whose rows fill its blocks and whose threads' vectors fill
@@ -683,8 +687,6 @@ def inner_outer_heuristics(sub: SubFusion, geo: ReductionGeometry, vectorize: in
     """The inner-persistent row layout (blocks take groups of rows in turn), counting the
     float tile of column accumulators each outer reduction keeps per thread, in blocks of
     INNER_OUTER_BLOCK_THREADS threads."""
-    import dataclasses
-
     n_outer = sum(1 for r in sub.reductions() if not r.is_inner)
     p = inner_persistent_heuristics(sub, geo, vectorize, extra_held=4 * n_outer)
     if n_outer <= INNER_OUTER_WIDE_MAX_OUTER and vectorize * 4 > reduction.VECTOR_BYTES:
@@ -707,8 +709,7 @@ def inner_outer_heuristics(sub: SubFusion, geo: ReductionGeometry, vectorize: in
     min_blocks = INNER_OUTER_SM_THREADS // (p.bdx * bdy)
     if min_blocks < 2:  # (one block asked for still changes the compiler's choice)
         min_blocks = 0
-    # (exact: False, the rows taken in turn leave a last round the grid decides)
-    return dataclasses.replace(p, bdy=bdy, min_blocks=min_blocks, row_loop=False, late_loads=False, exact=False,
+    return dataclasses.replace(p, bdy=bdy, min_blocks=min_blocks, row_loop=False, late_loads=False,
                                keep_first_pass=keep, spill_max=INNER_OUTER_SPILL_MAX if min_blocks else 0,
                                stage_rows=INNER_OUTER_STAGED_FIT and rows_overflow_registers(sub, geo))
 

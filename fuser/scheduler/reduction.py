@@ -465,7 +465,7 @@ def heuristics(sub: SubFusion, geo: ReductionGeometry, vectorize: int) -> Reduct
     # combine (sum over dim 0 of [16384, 4096] bf16: 82.5% of copy with 12 blocks per row,
     # 81.4% with 16, 74.8% with 33; fp32 [16384, 8192]: 99.1-99.6% from 4 to 16)
     grid_y = 1
-    most_rows = _narrow_rows(sub, vectorize)
+    whole = False
     if blocks < OUTER_BLOCKS_PER_SM * sms and steps > 8:
         narrow_vec = vectorize
         while narrow_vec > NARROW_MIN_VECTOR and _outer_blocks(rows, narrow_vec) < OUTER_BLOCKS_PER_SM * sms:
@@ -483,7 +483,7 @@ def heuristics(sub: SubFusion, geo: ReductionGeometry, vectorize: int) -> Reduct
             # bytes in flight as blocks sharing rows would, without their partials (16-byte
             # vectors: what was measured)
             bdy = max(1, min(OUTER_WHOLE_BLOCK_THREADS // bdx, _pow2_ceil(cols)))
-            most_rows = max(most_rows, OUTER_WHOLE_ROWS)
+            whole = True
         else:
             grid_y = max(1, min(-(-OUTER_BLOCKS_PER_SM * sms // blocks), steps // 4, 1024))
     elif blocks < sms:
@@ -497,7 +497,8 @@ def heuristics(sub: SubFusion, geo: ReductionGeometry, vectorize: int) -> Reduct
         # of a 2-element tile then goes through warp shuffles)
         vectorize = wave_vector(rows, bdx, vectorize, sms)
         bdy = max(1, min(OUTER_BLOCK_THREADS // bdx, _pow2_ceil(-(-cols // UNROLL))))
-    unroll = _rows_unroll(cols, bdy, most_rows if vectorize == width else UNROLL)
+    most = OUTER_WHOLE_ROWS if whole else _narrow_rows(sub, vectorize)
+    unroll = _rows_unroll(cols, bdy, most if vectorize == width else UNROLL)
     if grid_y > 1:
         # each block takes ceil(steps / grid_y) of the kernel's steps: as few blocks as that
         # needs, so none is left without rows, writing a partial the last block must still
