@@ -522,13 +522,10 @@ FUSER_DEVICE double reciprocal(double x) { return 1.0 / x; }
 // ptxas does not hoist): Thunder's bf16 softmax, H200 plan, 771 -> 720 SASS instructions.
 FUSER_DEVICE float reciprocal_scale(float b) { return ::fabsf(b) < 0x1p-126f ? 0x1p64f : 1.0f; }
 FUSER_DEVICE double reciprocal_scale(double b) { return ::fabs(b) < 0x1p-1022 ? 0x1p512 : 1.0; }
-FUSER_DEVICE float div_by_reciprocal(float a, float b) {
-  const float s = reciprocal_scale(b);
-  return (a * (1.0f / (b * s))) * s;
-}
-FUSER_DEVICE double div_by_reciprocal(double a, double b) {
-  const double s = reciprocal_scale(b);
-  return (a * (1.0 / (b * s))) * s;
+template <typename T>
+FUSER_DEVICE T div_by_reciprocal(T a, T b) {
+  const T s = reciprocal_scale(b);
+  return (a * (T(1) / (b * s))) * s;
 }
 
 // exp(x) as 2^(x log2 e) by ex2.approx, subnormal results kept (no .ftz): two instructions
