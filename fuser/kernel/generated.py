@@ -74,6 +74,9 @@ class GeneratedKernel:
         #: this kernel's own, kept in _own_counters)
         self._semaphores: dict[int, int] = {}
         self._own_counters: list[torch.Tensor] = []
+        #: how many arrival counters a launch takes (one per column of blocks, two at least;
+        #: set by `load`, which fixes the grid)
+        self._counters = 2
         #: (param position, flag) of the index ops' device bounds checks
         self._index_error: tuple[int, ErrorFlag] | None = None
         #: positions of the unseeded RNG ops' seed and base offset, filled per execution
@@ -170,6 +173,7 @@ class GeneratedKernel:
         if self.compiled is None:
             blocks = self.grid[0] * self.grid[1]
             self._work = [(k, max(1, blocks * n + fixed)) for k, n, fixed in self._work]
+            self._counters = max(2, self.grid[0])
         self.compiled = compiled
 
     def allocate_outputs(self) -> list[torch.Tensor]:
@@ -257,11 +261,10 @@ class GeneratedKernel:
         for (k, _), buf in zip(self._work, work):
             values[k] = buf.data_ptr()
         if self._semaphore is not None:
-            count = max(2, self.grid[0])
             if torch.cuda.is_current_stream_capturing():
                 # counters of its own, zeroed by the graph at each replay: replays may run
                 # on any stream, beside eager launches
-                sem = torch.zeros(count, dtype=torch.int32, device=dev)
+                sem = torch.zeros(self._counters, dtype=torch.int32, device=dev)
                 values[self._semaphore] = sem.data_ptr()
                 work.append(sem)
                 return work
@@ -269,9 +272,9 @@ class GeneratedKernel:
             address = self._semaphores.get(stream)
             if address is None:
                 # (opt-in until its GPU tests have run: FUSER_ENABLE=counter_arena)
-                address = arena_counters(dev, stream, count) if enabled("counter_arena") else None
+                address = arena_counters(dev, stream, self._counters) if enabled("counter_arena") else None
                 if address is None:
-                    own = torch.zeros(count, dtype=torch.int32, device=dev)
+                    own = torch.zeros(self._counters, dtype=torch.int32, device=dev)
                     self._own_counters.append(own)
                     address = own.data_ptr()
                 self._semaphores[stream] = address
