@@ -5,7 +5,7 @@ On the CPU: the arena's PTX assembles for sm_90 with the arena's size, and which
 gets it (the module load stubbed). On the GPU: a kernel's first launch runs no fill kernel
 nor memset (the profiler sees only fuser's kernels), kernels of different fusions take
 turns on the arena with results matching the reference executor every time, a second
-stream and a launch with the arena switched off (FUSER_ENABLE without counter_arena) get
+stream and a kernel launched with the arena switched off (FUSER_DISABLE=counter_arena) get
 zeroed counters of their own."""
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import torch
 
 from fuser import DataType, FusionDefinition
 from fuser.driver import counters
+from fuser.frontend.cache import FusionCache
 from fuser.runtime.reference import run_reference
 from fuser.runtime.tolerance import assert_close
 
@@ -29,8 +30,8 @@ _RETIRED: list = []
 
 @pytest.fixture(autouse=True)
 def _arena_on(monkeypatch):
-    """The arena is opt-in (FUSER_ENABLE=counter_arena) until these tests have run on a GPU."""
-    monkeypatch.setenv("FUSER_ENABLE", "counter_arena")
+    """The arena on, whatever the caller's FUSER_DISABLE says."""
+    monkeypatch.delenv("FUSER_DISABLE", raising=False)
 
 
 def test_the_arena_ptx_assembles_with_its_size(tmp_path):
@@ -129,6 +130,8 @@ def test_a_first_launch_runs_no_fill_before_the_kernel():
         (got,) = fd.execute([x])
         torch.cuda.synchronize()
     names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    if not names:  # the profiler's CUPTI cannot start beside compute-sanitizer
+        pytest.skip("the profiler recorded no CUDA activity (CUPTI unavailable)")
     assert "semaphore" in fd.last_cuda_code()
     assert names and all(n.startswith("fuser_") for n in names), names
     assert_close(got, x.sum(0), what="outer sum", rtol=1e-4, atol=1e-3)
@@ -166,7 +169,8 @@ def test_a_second_stream_and_the_switch_get_counters_of_their_own(monkeypatch):
         assert address != counters._arenas[torch.cuda.current_device()][1]
         assert_close(got, x.sum(0), what="outer sum on a second stream", rtol=1e-4, atol=1e-3)
     main.wait_stream(side)
-    monkeypatch.setenv("FUSER_ENABLE", "")
+    monkeypatch.setenv("FUSER_DISABLE", "counter_arena")
+    FusionCache.reset()  # kernels keep the counters they took on their first launch on a stream
     fresh = _define(_outer_sum)
     x = torch.randn(8192, 200, device="cuda")
     (got,) = fresh.execute([x])

@@ -15,7 +15,7 @@ from fuser.driver.counters import arena_counters
 from fuser.ir import Fusion, TensorView
 from fuser.lower.kir import Kernel
 from fuser.lower.lower import NotLowerable
-from fuser.options import disabled, enabled
+from fuser.options import disabled
 from fuser.runtime import philox
 from fuser.runtime.index_check import ErrorFlag
 from fuser.scheduler import SchedulerRuntimeInfo
@@ -271,8 +271,7 @@ class GeneratedKernel:
             stream = torch.cuda.current_stream(dev).cuda_stream
             address = self._semaphores.get(stream)
             if address is None:
-                # (opt-in until its GPU tests have run: FUSER_ENABLE=counter_arena)
-                address = arena_counters(dev, stream, self._counters) if enabled("counter_arena") else None
+                address = None if disabled("counter_arena") else arena_counters(dev, stream, self._counters)
                 if address is None:
                     own = torch.zeros(self._counters, dtype=torch.int32, device=dev)
                     self._own_counters.append(own)
