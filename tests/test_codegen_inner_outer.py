@@ -196,9 +196,9 @@ def test_narrow_rows_are_staged_through_dynamic_shared_memory(monkeypatch):
     loop_end = src.index("fuser::grid_sync")
     assert src.rindex("fuser::cp_async_wait<0>();", 0, loop_end) > src.index("(((it + 1) % 2)")
     # the stages live in dynamic shared memory, grad's then x's: [stage][vector][thread][lane]
-    # with 64 x 4 threads of 2 vectors
+    # with 128 x 2 threads of one vector (the plain layout: INNER_OUTER_WIDE_FULL_BLOCKS)
     assert "extern __shared__ __align__(16) unsigned char fuser_dynamic_smem[];" in src
-    assert "__bfloat* stage_r1 = reinterpret_cast<__bfloat*>(fuser_dynamic_smem + 16384);" in src
+    assert "__bfloat* stage_r1 = reinterpret_cast<__bfloat*>(fuser_dynamic_smem + 8192);" in src
     # rows of 4096 take 128 KiB of stages, past what a block may declare statically
     big = _code("layer", 16384, 4096, torch.bfloat16)
     assert "reinterpret_cast<__bfloat*>(fuser_dynamic_smem + 65536)" in big
@@ -626,3 +626,42 @@ def test_an_inner_outer_register_cap_stays_while_it_spills_at_most_its_allowance
     fits = 3 if kept else 2
     sms = k.info.device_limits.sm_count
     assert (fits - 1) * sms < k.grid[0] <= fits * sms, (k.grid, sms)
+
+
+@pytest.mark.parametrize("kind", ["rms", "ln"])
+def test_a_wide_layout_that_cannot_fill_its_block_gives_way_to_the_plain_one(switches, kind):
+    """2-byte rows of 2048 in 4 vectors a thread would take 64 threads, four rows a block of
+    256; they take the plain layout instead (RMSNorm: 128 threads of 2 vectors, two rows a
+    block; LayerNorm: 256 threads of one), as with the wide layout off. Rows of 4096 fill
+    512 threads in the wide layout and keep it."""
+    from fuser.scheduler import normalization as N
+
+    def plan(n):
+        k = _kernel(kind, 16384, n, torch.bfloat16)
+        return k.block[:2], k.params.unroll * k.params.vectorize
+
+    assert N.INNER_OUTER_WIDE_FULL_BLOCKS
+    plain = {"rms": ((128, 2), 16), "ln": ((256, 1), 8)}[kind]
+    assert plan(2048) == plain and plan(1536) == plain
+    assert plan(4096) == ((128, 4), 32)
+    switches(N, INNER_OUTER_WIDE_FULL_BLOCKS=False)
+    assert plan(2048) == ((64, 4), 32) and plan(4096) == ((128, 4), 32)
+    switches(N, INNER_OUTER_WIDE_FULL_BLOCKS=True, INNER_OUTER_WIDE_MAX_OUTER=0)
+    assert plan(2048) == plain
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["rmsnorm_bwd_bf16", "layernorm_bwd_bf16"])
+@pytest.mark.parametrize("wide_full_blocks", [True, False])
+def test_rows_of_2048_in_either_layout_match_eager_on_the_gpu(switches, poisoned_kernel_outputs, name,
+                                                              wide_full_blocks):
+    pytest.importorskip("pycuda")
+    from test_row_loop import bench_case_on_gpu
+
+    from fuser.scheduler import normalization as N
+
+    switches(N, INNER_OUTER_WIDE_FULL_BLOCKS=wide_full_blocks)
+    fd = bench_case_on_gpu(name, (2304, 2048), seed=23)
+    src = fd.last_cuda_code()
+    assert "fuser_inner_outer" in src
+    assert "__launch_bounds__(256, 3)" in src and ("r0[32]" in src) != wide_full_blocks, src[:2000]

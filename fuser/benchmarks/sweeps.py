@@ -108,6 +108,10 @@ SWEEPS: tuple[Sweep, ...] = (
     Sweep("inner_outer_wide_max_outer_rms", "fuser.scheduler.normalization", "INNER_OUTER_WIDE_MAX_OUTER", (0, 2),
           "rmsnorm_bwd_bf16", ((16384, 1024), (16384, 2048), (16384, 4096), (8192, 8192)),
           "RMSNorm backward (1 outer reduction)"),
+    *(Sweep(f"inner_outer_wide_full_blocks_{f}", "fuser.scheduler.normalization", "INNER_OUTER_WIDE_FULL_BLOCKS",
+            (False, True), f, ((16384, 1024), (16384, 1536), (16384, 2048), (32768, 2048), (16384, 3072)),
+            "2-byte rows in 4 vectors a thread only where four rows of them fill a block of 512 threads (else "
+            "the plain layout)") for f in ("rmsnorm_bwd_bf16", "layernorm_bwd_bf16")),
     Sweep("outer_blocks_per_sm", "fuser.scheduler.reduction", "OUTER_BLOCKS_PER_SM", (1, 2, 3, 4, 6),
           "sum_outer_bf16", ((16384, 4096), (8192, 8192), (2048, 16384), (65536, 1024), (4096, 2048), (16384, 1024)),
           "blocks per SM an outer reduction's grid aims for (sharing rows, or narrow blocks)"),

@@ -515,8 +515,24 @@ INNER_OUTER_VECTORS = 4
 #: H200: LayerNorm 42.4 / 39.5 / 39.5, 64.1 / 67.4 / 67.5, 127.9 / 124.9 / 124.9, 144.8 /
 #: 130.6 / 130.5, 171.9 / 171.8 / 171.5 (wide wins by 10% at [8192, 8192]); RMSNorm 33.1 /
 #: 33.5, 60.0 / 61.4, 105.9 / 115.5, 111.7 / 118.5: with one outer reduction "never" is 6-9%
-#: faster from rows of 4096 on an H200 (3% on an H100), the lead for a rule on the count
+#: faster from rows of 4096 on an H200 (3% on an H100), the lead for a rule on the count.
+#: Measured again on an H100 (2026-12-07, `21babcb`), µs never / up to 2: RMSNorm 41.2 /
+#: 41.1, **75.0 / 83.4**, 150.4 / 141.1, 157.0 / 143.9; LayerNorm (never / 2 / 8) 44.6 /
+#: 45.0 / 45.0, **78.0 / 80.7** / 80.5, 154.7 / 146.9 / 146.1, 171.6 / 152.9 / 153.3, [4096,
+#: 16384] 393.3 / 154.6 / 154.9: the wide layout now leads from rows of 4096 on the H100
+#: and loses at rows of 2048 on both GPUs (INNER_OUTER_WIDE_FULL_BLOCKS)
 INNER_OUTER_WIDE_MAX_OUTER = 2
+#: the wide layout only where its rows fill INNER_OUTER_BLOCK_THREADS threads in
+#: INNER_OUTER_BLOCK_ROWS rows; else the plain layout in blocks of half as many, as with
+#: the wide one off. Rows of 2048 2-byte values in 4 vectors a thread take 64 threads, four
+#: rows a block of 256; the plain layout gives them 128 threads of 2 vectors, two rows a
+#: block. [16384, 2048], plain / wide, µs: H100 (above) RMSNorm backward 75.0 / 83.4,
+#: LayerNorm 78.0 / 80.7; H200 at `5205fc2` 60.0 / 61.4, 64.1 / 67.4. LayerNorm's rows of
+#: 1024 and 2048 also turn plain (the wide layout's 2 or 4 vectors, capped at 80 registers
+#: for 3 blocks an SM, spill 68 and 620 bytes, ptxas sm_90, and load uncapped): H100 44.6 /
+#: 45.0 at [16384, 1024], but an H200 at `5205fc2` had 42.4 / 39.5 there (`bench --sweep
+#: inner_outer_wide_full_blocks_*` times both on each GPU)
+INNER_OUTER_WIDE_FULL_BLOCKS = True
 #: a fusion with reductions along and across its rows whose inner-outer kernel would have
 #: fewer groups of rows (blocks) than the GPU has SMs runs as separate kernels instead: the
 #: few blocks spend most of their time combining partials across the grid (ncu, H100,
@@ -689,14 +705,17 @@ def inner_outer_heuristics(sub: SubFusion, geo: ReductionGeometry, vectorize: in
     INNER_OUTER_BLOCK_THREADS threads."""
     n_outer = sum(1 for r in sub.reductions() if not r.is_inner)
     p = inner_persistent_heuristics(sub, geo, vectorize, extra_held=4 * n_outer)
+    threads = INNER_OUTER_BLOCK_THREADS if n_outer <= INNER_OUTER_WIDE_MAX_OUTER else INNER_OUTER_BLOCK_THREADS // 2
     if n_outer <= INNER_OUTER_WIDE_MAX_OUTER and vectorize * 4 > reduction.VECTOR_BYTES:
         # rows of 2-byte values: INNER_OUTER_VECTORS vectors of each input a thread, so
         # that one or two blocks per SM keep enough loads in flight; two warps a row at
         # least (rows of 1024: see INNER_OUTER_BLOCK_THREADS)
         vecs = -(-geo.n_red // vectorize)
         bdx = max(min(64, _pow2_ceil(vecs)), min(1024, _pow2_ceil(-(-vecs // INNER_OUTER_VECTORS))))
-        p = dataclasses.replace(p, bdx=bdx, unroll=max(1, -(-vecs // bdx)))
-    threads = INNER_OUTER_BLOCK_THREADS if n_outer <= INNER_OUTER_WIDE_MAX_OUTER else INNER_OUTER_BLOCK_THREADS // 2
+        if INNER_OUTER_WIDE_FULL_BLOCKS and bdx * INNER_OUTER_BLOCK_ROWS < threads:
+            threads //= 2  # (the plain layout's blocks, as without the wide one)
+        else:
+            p = dataclasses.replace(p, bdx=bdx, unroll=max(1, -(-vecs // bdx)))
     bdy = max(1, min(threads // p.bdx, INNER_OUTER_BLOCK_ROWS, _pow2_ceil(geo.n_iter)))
     for seg, _ in row_segments(sub, geo).values():
         while seg % bdy:  # a block's group of rows lies in one segment
