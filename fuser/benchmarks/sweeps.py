@@ -108,6 +108,10 @@ SWEEPS: tuple[Sweep, ...] = (
     Sweep("inner_outer_wide_max_outer_rms", "fuser.scheduler.normalization", "INNER_OUTER_WIDE_MAX_OUTER", (0, 2),
           "rmsnorm_bwd_bf16", ((16384, 1024), (16384, 2048), (16384, 4096), (8192, 8192)),
           "RMSNorm backward (1 outer reduction)"),
+    *(Sweep(f"hoist_fixed_{f}", "fuser.lower.row_loop", "HOIST_FIXED", (False, True), f,
+            ((16384, 4096), (8192, 8192), (16384, 3072), (4096, 16384)),
+            "a row loop's values of the inputs it loads once (weights widened to float) computed once, "
+            "before the loop") for f in ("rmsnorm_bwd_bf16", "layernorm_bwd_bf16")),
     *(Sweep(f"inner_outer_wide_full_blocks_{f}", "fuser.scheduler.normalization", "INNER_OUTER_WIDE_FULL_BLOCKS",
             (False, True), f, ((16384, 1024), (16384, 1536), (16384, 2048), (32768, 2048), (16384, 3072)),
             "2-byte rows in 4 vectors a thread only where four rows of them fill a block of 512 threads (else "

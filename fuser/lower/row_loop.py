@@ -40,6 +40,17 @@ ROW_LOOP_LOADS = "direct"
 REREAD_STAGED = True
 #: (how many groups of rows the stages hold, and the shared memory they may take, are the
 #: plan's: scheduler.normalization.STAGES, stage_budget)
+#: compute once, before the row loop, the register arrays whose every value comes from the
+#: inputs loaded once (a norm's bf16 weight widened to float), and hold them across the
+#: loop, instead of recomputing them in each pass over each group of rows: fewer
+#: instructions a row, more registers (the widened values replace the narrow ones), so only
+#: in kernels without a register cap (`min_blocks` 0). ptxas sm_90, row loop instructions
+#: and registers, bf16: RMSNorm backward [16384, 4096] 698 -> 630, 84 -> 101 (one 512-thread
+#: block an SM either way), [8192, 8192] 703 -> 635; LayerNorm backward [16384, 4096] 926 ->
+#: 855, 128 -> 128 (no spill), [8192, 8192] 935 -> 865. Under a cap it spills: seed 001 (3
+#: blocks of 256 threads, 80 registers) 32 -> 68 bytes. Not yet timed (`bench --sweep
+#: hoist_fixed_*`): off
+HOIST_FIXED = False
 
 
 class RowLoopLowering(ReductionLowering):
@@ -136,6 +147,9 @@ class RowLoopLowering(ReductionLowering):
         decls = {d.name: d for d in rows if isinstance(d, Decl) and d.name in varying}
         narrow = any(tv.dtype.itemsize < 4 for tv in inputs if tv in spanning and self.full(tv))
         in_loop = [y for x in rows for y in ([x] if id(x) not in load_ids else _only(x, varying))]
+        if HOIST_FIXED and not self.p.min_blocks:
+            hoisted, in_loop = _hoisted(in_loop, fixed, first)
+            before += hoisted
         stage, in_registers = self._loads_ahead(narrow)
         if stage:
             staged = self._staged(before, in_loop, varying, row_of)
@@ -305,6 +319,77 @@ class RowLoopLowering(ReductionLowering):
         find, id_of = self.sub.uf.find, self.sub.a.id_of
         return {tv for tv in self.fusion.tensors()
                 if any(find(id_of(i)) in self._row_classes for i in tv.logical_no_reductions() if not i.is_broadcast)}
+
+
+def _hoisted(rows: list, fixed: set[str], first: dict) -> tuple[list, list]:
+    """(statements for before the row loop, the loop's body without them): the register
+    arrays declared in `rows` whose every write is an assignment from the `fixed` arrays
+    (loaded once, before the loop) indexed by unrolled loops, declared and computed once
+    for the first group of rows (`first`: the row's substitution; a thread's rows are all
+    past the end if its first is), and no longer laundered or recomputed in the loop. A
+    fixed array the loop then no longer reads is no longer laundered either."""
+    decls = {d.name: d for d in rows if isinstance(d, Decl) and d.size is not None and d.init is None
+             and d.space == kir.MemoryType.Local}
+    unrolled = {x.var.name for x in kir.walk(rows) if isinstance(x, For) and x.unroll}
+    local = {d.name for d in kir.walk(rows) if isinstance(d, Decl)} | {"it", "row"}
+    good: dict[str, bool] = {}  # (written only by assignments from the fixed arrays)
+    for x in kir.walk(rows):
+        if isinstance(x, (For, If, Decl)):
+            continue
+        if isinstance(x, Assign) and isinstance(x.lhs, Element) and isinstance(x.lhs.base, Var) \
+                and x.lhs.base.name in decls:
+            name = x.lhs.base.name
+            good[name] = good.get(name, True) and _names([x.rhs, x.lhs.index]) <= fixed | unrolled
+        elif not isinstance(x, (Assign, kir.VecStore)):  # (reductions, launders, loads: not hoisted)
+            for name in _names(x) & decls.keys():
+                good[name] = False
+    hoist = {name for name, ok in good.items() if ok}
+
+    def is_hoisted(x) -> bool:
+        return isinstance(x, Assign) and isinstance(x.lhs, Element) and x.lhs.base.name in hoist
+
+    computed: list = []
+    for x in rows:
+        for y in _keep(x, is_hoisted):
+            # a condition may test the row only as `row < bound`: true for the first row
+            # wherever it holds for a later one (a thread's rows grow with the loop)
+            if not all(_below(z.cond, local) for z in kir.walk([y]) if isinstance(z, If)):
+                return [], rows
+            y = kir.substitute_stmt(y, first)
+            if (_names(y) & local) - hoist:  # (a loop or condition that varies with the rows)
+                return [], rows
+            if y not in computed:
+                computed.append(y)
+    if not computed:
+        return [], rows
+    body = [y for x in rows if not (isinstance(x, Decl) and x.name in hoist) for y in _keep(x, lambda z: not is_hoisted(z))]
+    still = _names([x for x in body if not isinstance(x, kir.Launder)])
+    body = [x for x in body if not (isinstance(x, kir.Launder) and x.var.name not in still)]
+    return [decls[name] for name in decls if name in hoist] + computed, body
+
+
+def _keep(stmt, keep) -> list:
+    """`stmt` keeping only the innermost statements `keep` accepts, and the loops and
+    conditions around them; [] when none is left."""
+    field = "then" if isinstance(stmt, If) else "body" if isinstance(stmt, For) else None
+    if field is None:
+        return [stmt] if keep(stmt) else []
+    inner = [y for x in getattr(stmt, field) for y in _keep(x, keep)]
+    if isinstance(stmt, If) and stmt.orelse is not None:
+        orelse = [y for x in stmt.orelse for y in _keep(x, keep)]
+        return [dataclasses.replace(stmt, then=inner, orelse=orelse or None)] if inner or orelse else []
+    return [dataclasses.replace(stmt, **{field: inner})] if inner else []
+
+
+def _below(cond: kir.Expr, local: set[str]) -> bool:
+    """Whether `cond` is a conjunction whose terms that read the rows' variables (`local`)
+    are all `row < bound`, the bound reading none of them."""
+    if isinstance(cond, kir.IndexBinary) and cond.op == kir.BinaryOpType.LogicalAnd:
+        return _below(cond.lhs, local) and _below(cond.rhs, local)
+    if not _names(cond) & local:
+        return True
+    return (isinstance(cond, kir.IndexBinary) and cond.op == kir.BinaryOpType.Lt and cond.lhs == Var("row")
+            and not _names(cond.rhs) & local)
 
 
 def _array_of(dst: kir.Expr) -> str | None:
