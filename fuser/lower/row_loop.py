@@ -40,6 +40,7 @@ ROW_LOOP_LOADS = "direct"
 REREAD_STAGED = True
 #: (how many groups of rows the stages hold, and the shared memory they may take, are the
 #: plan's: scheduler.normalization.STAGES, stage_budget)
+
 #: compute once, before the row loop, the register arrays whose every value comes from the
 #: inputs loaded once (a norm's bf16 weight widened to float), and hold them across the
 #: loop, instead of recomputing them in each pass over each group of rows: fewer
@@ -346,7 +347,8 @@ def _hoisted(rows: list, fixed: set[str], first: dict) -> tuple[list, list]:
     hoist = {name for name, ok in good.items() if ok}
 
     def is_hoisted(x) -> bool:
-        return isinstance(x, Assign) and isinstance(x.lhs, Element) and x.lhs.base.name in hoist
+        return (isinstance(x, Assign) and isinstance(x.lhs, Element) and isinstance(x.lhs.base, Var)
+                and x.lhs.base.name in hoist)
 
     computed: list = []
     for x in rows:
