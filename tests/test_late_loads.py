@@ -141,3 +141,27 @@ def test_keeps_across_reductions_follows_the_values_not_the_reduction_inputs():
     # dropout's random numbers feed the row the later passes recompute; softmax's exp, read
     # after its sum; LayerNorm recomputes everything from the loaded row
     assert seen == {"dropout_add_layernorm_fwd_bf16": True, "softmax_fwd_bf16": True, "layernorm_fwd_bf16": False}
+
+
+@pytest.mark.parametrize("name,shape,want", [
+    ("layernorm_fwd_bf16", (2048, 16384), "late"),  # two blocks of 512 threads an SM, loading early
+    ("rmsnorm_fwd_fp32", (8192, 8192), "late"),
+    ("layernorm_fwd_bf16", (16384, 4096), "early"),  # six blocks
+    ("rmsnorm_fwd_bf16", (16384, 4096), "early"),
+])
+def test_few_blocks_an_sm_load_late_where_the_switch_says(switches, name, shape, want):
+    switches(normalization, PERSISTENT_LATE_LOADS="kept", LATE_LOADS_FEW_BLOCKS=2)
+    assert _late_planned(name, shape) == want
+    switches(normalization, LATE_LOADS_FEW_BLOCKS=0)  # shipped: only kept values decide
+    assert _late_planned(name, shape) == "early"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name,shape", [("layernorm_fwd_bf16", (2048, 16384)), ("rmsnorm_fwd_fp32", (1030, 8192)),
+                                        ("layernorm_fwd_fp32", (600, 16384))], ids=str)
+def test_few_blocks_loading_late_match_eager_on_the_gpu(switches, poisoned_kernel_outputs, name, shape):
+    pytest.importorskip("pycuda")
+    switches(normalization, PERSISTENT_LATE_LOADS="kept", LATE_LOADS_FEW_BLOCKS=2)
+    fd = bench_case_on_gpu(name, shape, seed=41)
+    runs = fd._entry.last_runner.runs
+    assert any(getattr(getattr(r.kernel, "params", None), "late_loads", False) for r in runs)

@@ -178,6 +178,10 @@ SWEEPS: tuple[Sweep, ...] = (
             "after the reductions) and aim their occupancy at what they hold across the reductions")
       for f in ("layernorm_fwd_bf16", "rmsnorm_fwd_bf16", "layernorm_fwd_fp32", "rmsnorm_fwd_fp32",
                 "dropout_add_layernorm_fwd_bf16", "softmax_fwd_bf16")),
+    *(Sweep(f"persistent_late_loads_few_blocks_{f}", "fuser.scheduler.normalization", "LATE_LOADS_FEW_BLOCKS",
+            (0, 2), f, ((2048, 16384), (4096, 16384), (4096, 12288), (8192, 8192)),
+            "inner-persistent kernels also load late where loading early leaves at most this many blocks an SM")
+      for f in ("layernorm_fwd_bf16", "rmsnorm_fwd_bf16", "layernorm_fwd_fp32", "rmsnorm_fwd_fp32")),
     *(Sweep(f"persistent_wide_{f}", "fuser.scheduler.normalization", "PERSISTENT_WIDE_ABOVE", (0.0, 0.9, 100.0),
             f, ((16384, 4096), (32768, 2048), (65536, 1024), (16384, 1024)),
             "issue share above which an inner-persistent thread holds twice PERSISTENT_ELEMENTS of its row "

@@ -353,7 +353,8 @@ def inner_persistent_heuristics(sub: SubFusion, geo: ReductionGeometry, vectoriz
     late = PERSISTENT_LATE_LOADS
     if late == "kept":
         # (in a single wave of blocks a late load's latency is exposed, not hidden by others)
-        late = -(-geo.n_iter // bdy) > sms and first < held and keeps_across_reductions(sub)
+        few = persistent_min_blocks(info.device_limits, bdx * bdy, batch * vectorize * held) <= LATE_LOADS_FEW_BLOCKS
+        late = -(-geo.n_iter // bdy) > sms and first < held and (few or keeps_across_reductions(sub))
     min_blocks = persistent_min_blocks(info.device_limits, bdx * bdy, batch * vectorize * (first if late else held))
     loop = _loops_rows(sub, geo, -(-geo.n_iter // bdy) > min_blocks * sms)
     if loop and late:  # (a row loop loads the weights before its rows: held throughout)
@@ -390,6 +391,13 @@ EXACT_TILES = True
 #: fp32 H100 179.4 -> 180.5 ... 179.6 -> 180.9 (2048 x 16384: 93.2 -> 92.4), LayerNorm and
 #: RMSNorm fp32 on the H200 likewise slower but at [2048, 16384].
 PERSISTENT_LATE_LOADS = "kept"
+#: "kept" also loads late where loading early would leave at most this many blocks an SM
+#: (0: never): with one or two rows in flight an SM, what the inputs read only after the
+#: reductions hold is occupancy the rows' reductions need to hide each other's latency. The
+#: lead: late loads' one gain above where nothing is kept, LayerNorm bf16 [2048, 16384] on
+#: an H200 (two blocks of 512 threads early), 41.9 -> 37.4 us, and fp32 rows of 16384
+#: there. Off until `bench --sweep persistent_late_loads_few_blocks_*` times it on both GPUs
+LATE_LOADS_FEW_BLOCKS = 0
 
 
 def keeps_across_reductions(sub: SubFusion) -> bool:
