@@ -316,6 +316,9 @@ def test_cuda_path_hands_the_producer_to_every_row_and_says_how_it_timed(monkeyp
         ("sum_outer_bf16", s, "write") for s in by_name("sum_outer_bf16").quick_shapes]
     assert "; --after-producer write" in out.splitlines()[0]
     assert "--after-producer write: each bandwidth row's call is timed alone" in out and "normal_" in out
+    out, _ = run_cuda_faked(monkeypatch, capsys, [by_name("cast_chain")], quick=True, path="1 kernel (pointwise)",
+                            producer="matmul")
+    assert "--after-producer matmul: each bandwidth row's call is timed alone" in out and "@ [1024, columns]" in out
     out, _ = run_cuda_faked(monkeypatch, capsys, [by_name("cast_chain")], quick=True, path="1 kernel (pointwise)")
     assert "--after-producer" not in out
 
@@ -354,7 +357,7 @@ def _row_on_cpu(monkeypatch, name, shape, producer, timers, l2=50 << 20):
     return bench_cli._bench_row(by_name(name), shape, iters=20, repeats=3, latency_calls=10, l2=l2, producer=producer)
 
 
-@pytest.mark.parametrize("producer", ["copy", "write"])
+@pytest.mark.parametrize("producer", ["copy", "write", "matmul"])
 def test_a_bandwidth_row_after_a_producer_times_each_impl_on_its_inputs(monkeypatch, producer):
     timers = _FakeTimers()
     row = _row_on_cpu(monkeypatch, "cast_chain", (64, 96), producer, timers)
@@ -485,7 +488,7 @@ def test_bench_quick_on_gpu(capsys):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("producer", ["copy", "write"])
+@pytest.mark.parametrize("producer", ["copy", "write", "matmul"])
 def test_bench_after_a_producer_on_gpu(capsys, producer):
     # each impl timed right after the producer: a time per call near the loop-timed one (the
     # same kernel, give or take what the producer left in L2), the host column "-"
@@ -599,6 +602,37 @@ def test_kernel_time_after_producer_needs_an_input_it_can_rewrite_on_the_gpu():
     assert calls == []  # nothing timed, nothing run
     with pytest.raises(ValueError, match="producer='paste'"):
         kernel_time_after_producer(lambda: calls.append(1), [x], producer="paste")
+
+
+def test_a_matmul_producer_rewrites_the_input_as_a_linear_layers_output():
+    from fuser.benchmarks import MATMUL_PRODUCER_K, PRODUCERS, _rewriter
+
+    assert "matmul" in PRODUCERS
+    torch.manual_seed(3)
+    x = torch.randn(2, 6, 40, dtype=torch.bfloat16)
+    keep = x.clone()
+    rewrite = _rewriter(x, "matmul")
+    a, b = rewrite.args
+    assert a.shape == (12, MATMUL_PRODUCER_K) and b.shape == (MATMUL_PRODUCER_K, 40) and a.dtype == torch.bfloat16
+    rewrite()
+    assert not torch.equal(x, keep)  # written in place, through the view
+    torch.testing.assert_close(x.view(12, 40), (a @ b), rtol=0, atol=0)
+    assert 0.5 < x.float().std().item() < 2.0  # a linear layer's scale
+    with pytest.raises(ValueError, match="needs it contiguous"):
+        _rewriter(torch.randn(40, 6).t(), "matmul")
+    with pytest.raises(ValueError, match="with a matmul, which needs a floating-point tensor; it is torch.int32"):
+        _rewriter(torch.ones(4, 4, dtype=torch.int32), "matmul")
+    with pytest.raises(ValueError, match="with normal_, which needs a floating-point"):
+        _rewriter(torch.ones(4, 4, dtype=torch.int32), "write")
+    y = torch.randn(3, 5)
+    before = y.clone()
+    _rewriter(y, "write")()
+    assert not torch.equal(y, before)
+    z = torch.randn(3, 5)
+    copy = _rewriter(z, "copy")
+    z.zero_()
+    copy()
+    assert z.abs().sum() > 0  # the clone taken before
 
 
 def test_a_copy_may_rewrite_only_a_tensor_whose_elements_are_distinct():

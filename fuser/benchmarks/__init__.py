@@ -132,7 +132,33 @@ def _elements_distinct(t: torch.Tensor) -> bool:
 
 
 #: the kernels `kernel_time_after_producer` can rewrite an input with
-PRODUCERS = ("copy", "write")
+PRODUCERS = ("copy", "write", "matmul")
+#: the inner size of a "matmul" producer: the input is written as [rows, K] @ [K, columns]
+MATMUL_PRODUCER_K = 1024
+
+
+def _rewriter(target: torch.Tensor, producer: str) -> Callable[[], object]:
+    """What rewrites `target` as `producer` (see `kernel_time_after_producer`) would."""
+    if producer not in PRODUCERS:
+        raise ValueError(f"producer={producer!r}: one of {', '.join(map(repr, PRODUCERS))}")
+    if producer == "copy":
+        return functools.partial(target.copy_, target.clone())
+    how = "normal_" if producer == "write" else "a matmul"
+    if not target.is_floating_point():
+        raise ValueError(f"producer={producer!r} rewrites the largest input with {how}, which needs a "
+                         f"floating-point tensor; it is {target.dtype}")
+    if producer == "write":
+        return target.normal_
+    if target.dim() == 0 or not target.is_contiguous():
+        raise ValueError(f"producer='matmul' writes the largest input as a matmul's output, which needs it "
+                         f"contiguous with a dimension; it has shape {list(target.shape)} and strides "
+                         f"{list(target.stride())}")
+    out = target.view(-1, target.shape[-1])
+    k = MATMUL_PRODUCER_K
+    # (unit-variance outputs, as a linear layer's)
+    a = torch.randn(out.shape[0], k, dtype=target.dtype, device=target.device) / k ** 0.5
+    b = torch.randn(k, out.shape[1], dtype=target.dtype, device=target.device)
+    return functools.partial(torch.matmul, a, b, out=out)
 
 
 def kernel_time_after_producer(fn: Callable[[], object], inputs: list, *, iters: int = 50,
@@ -141,9 +167,11 @@ def kernel_time_after_producer(fn: Callable[[], object], inputs: list, *, iters:
     `step`, per producer and call) where each call follows a kernel that rewrites its largest
     tensor input, as a kernel follows the one that made its activation: the input's
     last-written part is in L2 when `fn` starts (`kernel_time` rotates inputs so that none
-    is). `producer`: "copy" (from a clone, a read and a write, as most producers) or "write"
+    is). `producer`: "copy" (from a clone, a read and a write, as most producers), "write"
     (`normal_`, writes only, as `torch.randn` made the anchors' inputs: L2 then holds only the
-    input's lines, all dirty). `step`: time each producer with its call, so that the dirty
+    input's lines, all dirty) or "matmul" (cuBLAS writes it as a linear layer's output, [rows,
+    MATMUL_PRODUCER_K] @ [MATMUL_PRODUCER_K, columns], whose epilogue writes it while L2 also
+    holds the operands' tiles: what a norm after a projection reads). `step`: time each producer with its call, so that the dirty
     lines a call leaves in L2, written back when the next producer evicts them, count (in
     the next step's time, alike in steady state); the producer is the same for every setting
     a sweep compares, so differences between settings are the calls' own. None where no input
@@ -157,14 +185,7 @@ def kernel_time_after_producer(fn: Callable[[], object], inputs: list, *, iters:
                and _elements_distinct(t)]
     if not tensors:
         return None
-    target = max(tensors, key=lambda t: t.numel() * t.element_size())
-    if producer == "copy":
-        rewrite = functools.partial(target.copy_, target.clone())
-    elif target.is_floating_point():
-        rewrite = target.normal_
-    else:
-        raise ValueError(f"producer='write' rewrites the largest input with normal_, which needs a "
-                         f"floating-point tensor; it is {target.dtype}")
+    rewrite = _rewriter(max(tensors, key=lambda t: t.numel() * t.element_size()), producer)
     for _ in range(3):
         fn()
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]

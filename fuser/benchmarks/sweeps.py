@@ -54,6 +54,7 @@ class Sweep:
 #: what a sweep's heading adds for each producer
 _AFTER_COPY = ", each call right after its input's producer"
 _AFTER_WRITER = ", each call right after a producer that only writes its input (normal_)"
+_AFTER_MATMUL = ", each call right after a matmul writes its input (a linear layer's output)"
 
 
 def _timed_both(sweep: Sweep) -> tuple[Sweep, Sweep]:
@@ -218,6 +219,10 @@ SWEEPS: tuple[Sweep, ...] = (
     # own time does not see
     *(_plain_or_streaming(f"persistent_cache_hints_step{when}_{f}", f, NORM_SHAPES, about, producer, step=True)
       for when, about, producer in (("_after_writer", _AFTER_WRITER, "write"), ("_after_producer", _AFTER_COPY, "copy"))
+      for f in ("rmsnorm_fwd_bf16", "layernorm_fwd_bf16", "softmax_fwd_bf16")),
+    # ... and after a matmul writes the input, as a norm after a projection reads it (the
+    # copy case for PERSISTENT_CACHE_HINTS's choice of plain rows is a guess for that)
+    *(_plain_or_streaming(f"persistent_cache_hints_after_matmul_{f}", f, NORM_SHAPES, _AFTER_MATMUL, "matmul")
       for f in ("rmsnorm_fwd_bf16", "layernorm_fwd_bf16", "softmax_fwd_bf16")),
     # ... cold (where streaming loses at [2048, 16384]) and after a writer (where it wins), at
     # shapes that tell a row length from a tensor's size; RMSNorm (a weight) and softmax

@@ -229,7 +229,7 @@ def _time_after_producer(fn: Callable[[], Any], inputs: list, producer: str, *, 
 def _bench_row(f: F.BenchFusion, shape, *, iters: int, repeats: int, latency_calls: int, l2: int = 0,
                producer: str | None = None) -> _Row:
     """One table row: `f` at `shape` through fuser (checked against eager), eager PyTorch and
-    torch.compile, timed over loops of calls, or with `producer` ("copy" or "write") a
+    torch.compile, timed over loops of calls, or with `producer` ("copy", "write" or "matmul") a
     bandwidth row's calls each right after that producer rewrites their largest input."""
     from fuser.benchmarks import host_time_per_call, kernel_time, rotating, rotation
 
@@ -512,8 +512,11 @@ def _run_cuda(fusions: Sequence[F.BenchFusion], *, quick: bool, plot: str | None
           "the GPU is held busy (torch.cuda._sleep) while the host issues the loop. fuser host: the host's "
           "time to issue one call (the same loops, no waiting).")
     if producer:
+        from fuser.benchmarks import MATMUL_PRODUCER_K as k
+
         what = {"copy": "copies into it from a clone (a read and a write)",
-                "write": "writes it with normal_ (writes only, as torch.randn makes a tensor)"}[producer]
+                "write": "writes it with normal_ (writes only, as torch.randn makes a tensor)",
+                "matmul": f"writes it as a matmul's output ([rows, {k}] @ [{k}, columns], a linear layer's)"}[producer]
         print(f"--after-producer {producer}: each bandwidth row's call is timed alone (median of {repeats} x "
               f"{iters} calls, CUDA events around each call) right after a kernel that {what}; the part the "
               "producer wrote last is in L2 when the call starts. Host time is not measured then ('-').")
@@ -683,8 +686,8 @@ def add_parser(sub: Any) -> None:
 
     p.add_argument("--after-producer", choices=PRODUCERS, default=None,
                    help="time each bandwidth row's calls one by one, each right after a kernel rewrites the call's "
-                        "largest input: 'copy' (copy_ from a clone) or 'write' (normal_, writes only), as a model's "
-                        "activation comes from the kernel before it (CUDA)")
+                        "largest input: 'copy' (copy_ from a clone), 'write' (normal_, writes only) or 'matmul' (as "
+                        "a linear layer's output), as a model's activation comes from the kernel before it (CUDA)")
 
     p.add_argument("--overlap", action="store_true",
                    help="instead of the table, time a stream-parallel matmul + pointwise loop beside its parts (CUDA)")

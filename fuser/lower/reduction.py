@@ -89,7 +89,8 @@ _INDEX_DTYPE = {"int32": DataType.Int32, "int64": DataType.Int}
 #:   (softmax [4096, 16384] 93.2 / 97.0), 0.4-0.8 with rows of 8192 and 4096 (an H200 was up
 #:   to 7% slower at [2048, 16384]); in softmax backward 5.7% slower at [8192, 8192].
 #: A norm's input in a model comes from a kernel that reads as it writes (a residual add, a
-#: matmul's epilogue), the copy case, so the rows stay plain.
+#: matmul's epilogue), the copy case, so the rows stay plain (after a matmul itself, not yet
+#: timed: `persistent_cache_hints_after_matmul_*`).
 PERSISTENT_CACHE_HINTS = "plain"
 #: an outer Welford reduction with vectors updates each lane's mean and M2 value by value
 #: (True: Welford's update, the reciprocal of the count shared by the lanes) or merges each
