@@ -149,7 +149,7 @@ class RowLoopLowering(ReductionLowering):
         narrow = any(tv.dtype.itemsize < 4 for tv in inputs if tv in spanning and self.full(tv))
         in_loop = [y for x in rows for y in ([x] if id(x) not in load_ids else _only(x, varying))]
         if HOIST_FIXED and not self.p.min_blocks:
-            hoisted, in_loop = _hoisted(in_loop, fixed, first)
+            hoisted, in_loop = _hoist_fixed(in_loop, fixed, first)
             before += hoisted
         stage, in_registers = self._loads_ahead(narrow)
         if stage:
@@ -322,7 +322,7 @@ class RowLoopLowering(ReductionLowering):
                 if any(find(id_of(i)) in self._row_classes for i in tv.logical_no_reductions() if not i.is_broadcast)}
 
 
-def _hoisted(rows: list, fixed: set[str], first: dict) -> tuple[list, list]:
+def _hoist_fixed(rows: list, fixed: set[str], first: dict) -> tuple[list, list]:
     """(statements for before the row loop, the loop's body without them): the register
     arrays declared in `rows` whose every write is an assignment from the `fixed` arrays
     (loaded once, before the loop) indexed by unrolled loops, declared and computed once
@@ -412,11 +412,7 @@ def _only(stmt, names: set[str], keep: bool = True) -> list:
     """`stmt` keeping only the innermost statements that mention one of `names` (loads of
     those registers), or with `keep` False only those that mention none, and the loops and
     conditions around them; [] when none is left."""
-    field = "then" if isinstance(stmt, If) else "body" if isinstance(stmt, For) else None
-    if field is None:
-        return [stmt] if bool(_names(stmt) & names) == keep else []
-    inner = [y for x in getattr(stmt, field) for y in _only(x, names, keep)]
-    return [dataclasses.replace(stmt, **{field: inner})] if inner else []
+    return _keep(stmt, lambda x: bool(_names(x) & names) == keep)
 
 
 def _names(x, out: set[str] | None = None) -> set[str]:

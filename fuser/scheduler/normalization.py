@@ -353,7 +353,8 @@ def inner_persistent_heuristics(sub: SubFusion, geo: ReductionGeometry, vectoriz
     late = PERSISTENT_LATE_LOADS
     if late == "kept":
         # (in a single wave of blocks a late load's latency is exposed, not hidden by others)
-        few = persistent_min_blocks(info.device_limits, bdx * bdy, batch * vectorize * held) <= LATE_LOADS_FEW_BLOCKS
+        few = LATE_LOADS_FEW_BLOCKS > 0 and (persistent_min_blocks(info.device_limits, bdx * bdy, batch * vectorize * held)
+                                             <= LATE_LOADS_FEW_BLOCKS)
         late = -(-geo.n_iter // bdy) > sms and first < held and (few or keeps_across_reductions(sub))
     min_blocks = persistent_min_blocks(info.device_limits, bdx * bdy, batch * vectorize * (first if late else held))
     loop = _loops_rows(sub, geo, -(-geo.n_iter // bdy) > min_blocks * sms)
@@ -534,8 +535,8 @@ INNER_OUTER_WIDE_MAX_OUTER = 2
 #: INNER_OUTER_BLOCK_ROWS rows; else the plain layout in blocks of half as many, as with
 #: the wide one off. Rows of 2048 2-byte values in 4 vectors a thread take 64 threads, four
 #: rows a block of 256; the plain layout gives them 128 threads of 2 vectors, two rows a
-#: block. [16384, 2048], plain / wide, µs: H100 (above) RMSNorm backward 75.0 / 83.4,
-#: LayerNorm 78.0 / 80.7; H200 at `5205fc2` 60.0 / 61.4, 64.1 / 67.4. LayerNorm's rows of
+#: block, in RMSNorm backward (256 threads of one in LayerNorm's; the [16384, 2048] figures
+#: above: "never" is the plain layout). LayerNorm's rows of
 #: 1024 and 2048 also turn plain (the wide layout's 2 or 4 vectors, capped at 80 registers
 #: for 3 blocks an SM, spill 68 and 620 bytes, ptxas sm_90, and load uncapped): H100 44.6 /
 #: 45.0 at [16384, 1024], but an H200 at `5205fc2` had 42.4 / 39.5 there (`bench --sweep
