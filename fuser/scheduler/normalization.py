@@ -320,6 +320,16 @@ def persistent_elements(sub: SubFusion, geo: ReductionGeometry) -> int:
     return 2 * PERSISTENT_ELEMENTS if share > PERSISTENT_WIDE_ABOVE else PERSISTENT_ELEMENTS
 
 
+#: an inner-persistent kernel's register cap (min_blocks) counts what it keeps live across
+#: each reduction (`live_row_bytes`: the inputs later passes read, the values it keeps in
+#: registers) where that is more than the inputs it loads at the start. Without it
+#: softmax's plans asked for more blocks than their registers allow, and the loader compiled
+#: them again uncapped (`GeneratedKernel.load`): ptxas sm_90, bf16 capped at 32 registers,
+#: H100 plans [8192, 8192] and [2048, 16384] spilled 120 and 112 bytes, H200 plans every
+#: shape measured (104-168 bytes at rows of 1024 to 16384)
+PERSISTENT_CAP_LIVE = True
+
+
 def inner_persistent_heuristics(sub: SubFusion, geo: ReductionGeometry, vectorize: int, *,
                                 extra_held: int = 0, aim: int = PERSISTENT_ELEMENTS) -> ReductionParams:
     """Threads per row (a power of two, up to PREFERRED_MAX_BDX, 1024 where a row needs
@@ -356,10 +366,14 @@ def inner_persistent_heuristics(sub: SubFusion, geo: ReductionGeometry, vectoriz
         few = LATE_LOADS_FEW_BLOCKS > 0 and (persistent_min_blocks(info.device_limits, bdx * bdy, batch * vectorize * held)
                                              <= LATE_LOADS_FEW_BLOCKS)
         late = -(-geo.n_iter // bdy) > sms and first < held and (few or keeps_across_reductions(sub))
-    min_blocks = persistent_min_blocks(info.device_limits, bdx * bdy, batch * vectorize * (first if late else held))
+    # (the registers it needs: what it holds at the start or across a reduction, the most)
+    live = live_row_bytes(sub, cols, bool(late)) + extra_held if PERSISTENT_CAP_LIVE else 0
+    min_blocks = persistent_min_blocks(info.device_limits, bdx * bdy,
+                                       batch * vectorize * max(first if late else held, live))
     loop = _loops_rows(sub, geo, -(-geo.n_iter // bdy) > min_blocks * sms)
     if loop and late:  # (a row loop loads the weights before its rows: held throughout)
-        min_blocks = persistent_min_blocks(info.device_limits, bdx * bdy, batch * vectorize * held)
+        live = live_row_bytes(sub, cols, False) + extra_held if PERSISTENT_CAP_LIVE else 0
+        min_blocks = persistent_min_blocks(info.device_limits, bdx * bdy, batch * vectorize * max(held, live))
     if PERSISTENT_MAX_WARPS:
         min_blocks = max(1, min(min_blocks, PERSISTENT_MAX_WARPS * info.device_limits.warp_size // (bdx * bdy)))
     return ReductionParams(True, True, vectorize, bdx, bdy, batch, 1, info.index_type, min_blocks,
@@ -423,6 +437,47 @@ def keeps_across_reductions(sub: SubFusion) -> bool:
             if any(down.get(w, 0) & ~before for w in reach):
                 return True
     return False
+
+
+def live_row_bytes(sub: SubFusion, red_classes, late: bool) -> int:
+    """Bytes per element of a row a persistent kernel over `sub` keeps live across one of
+    its reductions, at most: each input spanning `red_classes` from its load (the start,
+    or with `late` loads the first pass reading it) to the last pass that uses it, and
+    each value it keeps in registers (`issue.kept_in_registers`, in its compute type:
+    softmax's exp as floats) from the pass computing it to the last using it. A pass is
+    the work between two reductions in series (the lowering's stages); a value's use is
+    any a pass makes of it or of what it recomputes from it."""
+    reds = {r.expr for r in sub.reductions()}
+    stage: dict = {}  # per tensor, reductions in series upstream of it
+    for e in sub.exprs:
+        s = max((stage.get(v, 0) for v in e.inputs if isinstance(v, TensorView)), default=0)
+        for o in e.outputs:
+            if isinstance(o, TensorView):
+                stage[o] = s + (e in reds)
+    # per tensor, the passes using it: a reduction (its input's pass), a kept value (its
+    # own), an output (stored in its pass), or any use of a value recomputed from it
+    uses: dict = {o: {stage.get(o, 0)} for o in sub.outputs if isinstance(o, TensorView)}
+    for e in reversed(sub.exprs):
+        if e in reds:
+            at = {stage.get(e.inputs[0], 0)}
+        elif kept_in_registers(e):
+            at = {stage.get(o, 0) for o in e.outputs if isinstance(o, TensorView)}
+        else:
+            at = set().union(*(uses.get(o, set()) for o in e.outputs))
+        for v in e.inputs:
+            if isinstance(v, TensorView):
+                uses.setdefault(v, set()).update(at)
+    spans = []  # (first pass, last pass, bytes)
+    for tv in sub.inputs:
+        if isinstance(tv, TensorView) and set(sub.classes_of(tv)) & red_classes and uses.get(tv):
+            spans.append((min(uses[tv]) if late else 0, max(uses[tv]), tv.dtype.itemsize))
+    for e in sub.exprs:
+        if kept_in_registers(e):
+            for o in e.outputs:
+                if isinstance(o, TensorView) and set(sub.classes_of(o)) & red_classes and uses.get(o):
+                    spans.append((stage[o], max(uses[o]), max(4, o.dtype.itemsize)))
+    last = max((b for _, b, _ in spans), default=0)
+    return max((sum(n for a, b, n in spans if a <= k < b) for k in range(last)), default=0)
 
 
 def first_pass_bytes(sub: SubFusion, red_classes) -> int:
