@@ -183,6 +183,10 @@ SWEEPS: tuple[Sweep, ...] = (
             (0, 2), f, ((2048, 16384), (4096, 16384), (4096, 12288), (8192, 8192)),
             "inner-persistent kernels also load late where loading early leaves at most this many blocks an SM")
       for f in ("layernorm_fwd_bf16", "rmsnorm_fwd_bf16", "layernorm_fwd_fp32", "rmsnorm_fwd_fp32")),
+    *(Sweep(f"persistent_cap_live_{f}", "fuser.scheduler.normalization", "PERSISTENT_CAP_LIVE", (False, True), f,
+            NORM_SHAPES, "an inner-persistent kernel's register cap counts what it keeps live across each reduction "
+            "(softmax's exp), not only the inputs it loads at the start")
+      for f in ("softmax_fwd_bf16", "dropout_add_layernorm_fwd_bf16")),
     *(Sweep(f"persistent_wide_{f}", "fuser.scheduler.normalization", "PERSISTENT_WIDE_ABOVE", (0.0, 0.9, 100.0),
             f, ((16384, 4096), (32768, 2048), (65536, 1024), (16384, 1024)),
             "issue share above which an inner-persistent thread holds twice PERSISTENT_ELEMENTS of its row "
