@@ -34,7 +34,7 @@ from fuser.ir import (
     WelfordOp,
 )
 from fuser.ir.dtype import compute_dtype
-from fuser.scheduler.analysis import RESHAPE, SubFusion, expr_kind, REDUCTION
+from fuser.scheduler.analysis import RESHAPE, SubFusion, expr_kind, REDUCTION, reduction_stages
 from fuser.scheduler.issue import kept_in_registers
 from fuser.scheduler.normalization import OUTER_PERSISTENT_MIN_BLOCKS
 from fuser.scheduler.reduction import ReductionParams
@@ -263,14 +263,7 @@ class ReductionLowering:
 
     def _stages(self) -> dict[TensorView, int]:
         """Per tensor: how many reductions lie upstream of it, in series."""
-        st: dict[TensorView, int] = {}
-        for e in self.exprs:
-            s = max((st.get(v, 0) for v in e.inputs if isinstance(v, TensorView)), default=0)
-            if isinstance(e, (ReductionOp, WelfordOp)) and expr_kind(e) == REDUCTION:
-                s += 1
-            for o in e.outputs:
-                if isinstance(o, TensorView):
-                    st[o] = s
+        st = reduction_stages(self.exprs)
         for tv in self.fusion.inputs:
             if isinstance(tv, TensorView):
                 st.setdefault(tv, 0)

@@ -102,6 +102,21 @@ def expr_kind(e: Expr) -> str:
     return POINTWISE
 
 
+def reduction_stages(exprs: Iterable[Expr]) -> dict[TensorView, int]:
+    """Per tensor `exprs` compute: how many reductions lie upstream of it, in series: the
+    pass of a persistent kernel over its rows that computes it (a reduction accumulates in
+    its input's pass; its result is read from the next)."""
+    st: dict[TensorView, int] = {}
+    for e in exprs:
+        s = max((st.get(v, 0) for v in e.inputs if isinstance(v, TensorView)), default=0)
+        if expr_kind(e) == REDUCTION:
+            s += 1
+        for o in e.outputs:
+            if isinstance(o, TensorView):
+                st[o] = s
+    return st
+
+
 def own_scheduler_reason(sub: "SubFusion") -> str | None:
     """Why a kernel scheduler of general work leaves `sub` alone: it holds work that one
     scheduler of its own computes (ATen-only ops: expr_eval's; a scatter: greedy's)."""

@@ -10,7 +10,7 @@ from fuser.ir import ReductionOp, TensorView, WelfordOp
 from fuser.options import disabled
 
 from . import reduction
-from .analysis import RESHAPE, SubFusion
+from .analysis import RESHAPE, SubFusion, reduction_stages
 from .runtime_info import PERSISTENT_REGISTER_FRACTION, DeviceLimits
 
 
@@ -368,14 +368,19 @@ def inner_persistent_heuristics(sub: SubFusion, geo: ReductionGeometry, vectoriz
         few = LATE_LOADS_FEW_BLOCKS > 0 and (persistent_min_blocks(info.device_limits, bdx * bdy, batch * vectorize * held)
                                              <= LATE_LOADS_FEW_BLOCKS)
         late = -(-geo.n_iter // bdy) > sms and first < held and (few or keeps_across_reductions(sub))
-    # (the registers it needs: what it holds at the start or across a reduction, the most)
-    live = live_row_bytes(sub, cols, bool(late)) + extra_held if PERSISTENT_CAP_LIVE else 0
-    min_blocks = persistent_min_blocks(info.device_limits, bdx * bdy,
-                                       batch * vectorize * max(first if late else held, live))
+
+    def blocks_for(late_loads: bool) -> int:
+        """Blocks an SM, as many as what a thread holds at the start or across a reduction
+        (the most) allow."""
+        need = first if late_loads else held
+        if PERSISTENT_CAP_LIVE:
+            need = max(need, live_row_bytes(sub, cols, late_loads) + extra_held)
+        return persistent_min_blocks(info.device_limits, bdx * bdy, batch * vectorize * need)
+
+    min_blocks = blocks_for(bool(late))
     loop = _loops_rows(sub, geo, -(-geo.n_iter // bdy) > min_blocks * sms)
     if loop and late:  # (a row loop loads the weights before its rows: held throughout)
-        live = live_row_bytes(sub, cols, False) + extra_held if PERSISTENT_CAP_LIVE else 0
-        min_blocks = persistent_min_blocks(info.device_limits, bdx * bdy, batch * vectorize * max(held, live))
+        min_blocks = blocks_for(False)
     if PERSISTENT_MAX_WARPS:
         min_blocks = max(1, min(min_blocks, PERSISTENT_MAX_WARPS * info.device_limits.warp_size // (bdx * bdy)))
     return ReductionParams(True, True, vectorize, bdx, bdy, batch, 1, info.index_type, min_blocks,
@@ -450,12 +455,7 @@ def live_row_bytes(sub: SubFusion, red_classes, late: bool) -> int:
     the work between two reductions in series (the lowering's stages); a value's use is
     any a pass makes of it or of what it recomputes from it."""
     reds = {r.expr for r in sub.reductions()}
-    stage: dict = {}  # per tensor, reductions in series upstream of it
-    for e in sub.exprs:
-        s = max((stage.get(v, 0) for v in e.inputs if isinstance(v, TensorView)), default=0)
-        for o in e.outputs:
-            if isinstance(o, TensorView):
-                stage[o] = s + (e in reds)
+    stage = reduction_stages(sub.exprs)
     # per tensor, the passes using it: a reduction (its input's pass), a kept value (its
     # own), an output (stored in its pass), or any use of a value recomputed from it
     uses: dict = {o: {stage.get(o, 0)} for o in sub.outputs if isinstance(o, TensorView)}
