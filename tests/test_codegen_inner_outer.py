@@ -664,4 +664,6 @@ def test_rows_of_2048_in_either_layout_match_eager_on_the_gpu(switches, poisoned
     fd = bench_case_on_gpu(name, (2304, 2048), seed=23)
     src = fd.last_cuda_code()
     assert "fuser_inner_outer" in src
-    assert "__launch_bounds__(256, 3)" in src and ("r0[32]" in src) != wide_full_blocks, src[:2000]
+    # (the plan caps both layouts at 3 blocks of 256 threads; the loader drops a cap that
+    # spills, as LayerNorm's wide layout does there: 620 bytes, ptxas sm_90)
+    assert re.search(r"__launch_bounds__\(256(, 3)?\)", src) and ("r0[32]" in src) != wide_full_blocks, src[:2000]
