@@ -392,8 +392,13 @@ def inner_persistent_heuristics(sub: SubFusion, geo: ReductionGeometry, vectoriz
 #: bounds: each guarded vector of the row cost a compare, a convergence barrier and a
 #: jump (ptxas sm_90). SASS instructions of the H200 plans (bf16 [16384, 4096], as they run,
 #: uncapped), whose norms and softmax come near issue-bound: RMSNorm 200 -> 151, LayerNorm
-#: 679 -> 622, Thunder's softmax 720 -> 617. Not yet timed (`bench --sweep
-#: persistent_exact_tiles_*`)
+#: 679 -> 622, Thunder's softmax 720 -> 617. Timed on the H100 only (`bench --sweep
+#: persistent_exact_tiles_*`, bf16 µs off / on at `ad4d13e`, [16384, 4096], [8192, 8192],
+#: [2048, 16384], [16384, 1024], [65536, 1024]): RMSNorm 90.2 / 90.6, 89.9 / 90.3, 46.3 /
+#: 46.2, 23.9 / 23.8, 90.3 / 90.4; LayerNorm 90.1 / 90.6, 90.3 / 91.6, 47.5 / 47.4, 24.2 /
+#: 24.1, 90.6 / 90.6; softmax 89.8 / 89.8, 90.6 / 90.2, 49.1 / 48.6, 23.8 / 23.8, 89.9 / 89.7
+#: (and at `5a3ba9a` within 1% either way): level there; the H200, nearer issue-bound, is
+#: where fewer instructions could count
 EXACT_TILES = True
 
 
@@ -418,7 +423,9 @@ PERSISTENT_LATE_LOADS = "kept"
 #: reductions hold is occupancy the rows' reductions need to hide each other's latency. The
 #: lead: late loads' one gain above where nothing is kept, LayerNorm bf16 [2048, 16384] on
 #: an H200 (two blocks of 512 threads early), 41.9 -> 37.4 us, and fp32 rows of 16384
-#: there. Off until `bench --sweep persistent_late_loads_few_blocks_*` times it on both GPUs
+#: there. Off: slower on the H100 (`bench --sweep persistent_late_loads_few_blocks_*` at
+#: `ad4d13e`, LayerNorm bf16 µs 0 / 2: [2048, 16384] 47.2 / 49.3, [4096, 16384] 90.9 /
+#: 92.8, [4096, 12288] 71.5 / 73.1, [8192, 8192] 91.4 / 91.4), not yet swept on an H200
 LATE_LOADS_FEW_BLOCKS = 0
 
 
@@ -597,7 +604,9 @@ INNER_OUTER_WIDE_MAX_OUTER = 2
 #: 1024 and 2048 also turn plain (the wide layout's 2 or 4 vectors, capped at 80 registers
 #: for 3 blocks an SM, spill 68 and 620 bytes, ptxas sm_90, and load uncapped): H100 44.6 /
 #: 45.0 at [16384, 1024], but an H200 at `5205fc2` had 42.4 / 39.5 there (`bench --sweep
-#: inner_outer_wide_full_blocks_*` times both on each GPU)
+#: inner_outer_wide_full_blocks_*` times both on each GPU). H100 at `ad4d13e`, LayerNorm
+#: backward bf16 µs off / on: [16384, 1024] 44.8 / 44.6, [16384, 1536] 67.6 / 64.0, [16384,
+#: 2048] 80.5 / 78.0, [32768, 2048] 153.0 / 144.2, [16384, 3072] 116.0 / 116.1
 INNER_OUTER_WIDE_FULL_BLOCKS = True
 #: a fusion with reductions along and across its rows whose inner-outer kernel would have
 #: fewer groups of rows (blocks) than the GPU has SMs runs as separate kernels instead: the
