@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 import torch
@@ -66,7 +65,6 @@ def test_host_benchmarks_run_once():
     host = _load("host")
     classes = _benchmark_classes(host)
     assert {c.__name__ for c in classes} >= {"Definition", "CacheHit", "InputValidation", "Segmentation"}
-    start = time.perf_counter()
     for cls in classes:
         args = _first_params(cls)
         bench = cls()
@@ -78,7 +76,6 @@ def test_host_benchmarks_run_once():
                 assert isinstance(result, (int, float)), (cls.__name__, name, result)
         if hasattr(bench, "teardown"):
             bench.teardown(*args)
-    assert time.perf_counter() - start < 20
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only behaviour")
@@ -91,10 +88,8 @@ def test_gpu_benchmarks_skip_without_cuda():
             # asv >= 0.6 does not collect a method so marked: no interpreter is started for it
             assert getattr(cls, name).skip_benchmark is True, (cls.__name__, name)
         # a direct call (or an older asv) gets asv's "skipped" before any work
-        start = time.perf_counter()
         with pytest.raises(NotImplementedError):
             cls().setup(*_first_params(cls))
-        assert time.perf_counter() - start < 0.1
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only behaviour")
