@@ -453,7 +453,7 @@ def keeps_across_reductions(sub: SubFusion) -> bool:
     return False
 
 
-def live_row_bytes(sub: SubFusion, red_classes, late: bool) -> int:
+def live_row_bytes(sub: SubFusion, red_classes: set[int], late: bool) -> int:
     """Bytes per element of a row a persistent kernel over `sub` keeps live across one of
     its reductions, at most: each input spanning `red_classes` from its load (the start,
     or with `late` loads the first pass reading it) to the last pass that uses it, and
@@ -465,26 +465,27 @@ def live_row_bytes(sub: SubFusion, red_classes, late: bool) -> int:
     stage = reduction_stages(sub.exprs)
     # per tensor, the passes using it: a reduction (its input's pass), a kept value (its
     # own), an output (stored in its pass), or any use of a value recomputed from it
-    uses: dict = {o: {stage.get(o, 0)} for o in sub.outputs if isinstance(o, TensorView)}
+    uses: dict[TensorView, set[int]] = {o: {stage.get(o, 0)} for o in sub.outputs if isinstance(o, TensorView)}
+
+    def spans_row(tv: TensorView) -> bool:
+        return bool(set(sub.classes_of(tv)) & red_classes) and bool(uses.get(tv))
+
+    spans = []  # (first pass, last pass, bytes)
     for e in reversed(sub.exprs):
         if e in reds:
             at = {stage.get(e.inputs[0], 0)}
         elif kept_in_registers(e):
-            at = {stage.get(o, 0) for o in e.outputs if isinstance(o, TensorView)}
+            outs = [o for o in e.outputs if isinstance(o, TensorView)]
+            # (walking backwards, every use of a kept value is already counted)
+            spans += [(stage[o], max(uses[o]), max(4, o.dtype.itemsize)) for o in outs if spans_row(o)]
+            at = {stage.get(o, 0) for o in outs}
         else:
             at = set().union(*(uses.get(o, set()) for o in e.outputs))
         for v in e.inputs:
             if isinstance(v, TensorView):
                 uses.setdefault(v, set()).update(at)
-    spans = []  # (first pass, last pass, bytes)
-    for tv in sub.inputs:
-        if isinstance(tv, TensorView) and set(sub.classes_of(tv)) & red_classes and uses.get(tv):
-            spans.append((min(uses[tv]) if late else 0, max(uses[tv]), tv.dtype.itemsize))
-    for e in sub.exprs:
-        if kept_in_registers(e):
-            for o in e.outputs:
-                if isinstance(o, TensorView) and set(sub.classes_of(o)) & red_classes and uses.get(o):
-                    spans.append((stage[o], max(uses[o]), max(4, o.dtype.itemsize)))
+    spans += [(min(uses[tv]) if late else 0, max(uses[tv]), tv.dtype.itemsize)
+              for tv in sub.inputs if isinstance(tv, TensorView) and spans_row(tv)]
     last = max((b for _, b, _ in spans), default=0)
     return max((sum(n for a, b, n in spans if a <= k < b) for k in range(last)), default=0)
 
