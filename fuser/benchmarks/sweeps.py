@@ -367,6 +367,13 @@ SWEEPS: tuple[Sweep, ...] = (
             "registers, a group ahead into shared memory (cp.async)",
             fixed=(("fuser.scheduler.normalization", "PERSISTENT_ROW_LOOP", "always"),))
       for f in ("rmsnorm_fwd_bf16", "layernorm_fwd_bf16")),
+    # (fp32 rows of 16384 take one block of 1024 threads an SM, bf16 ones two of 512)
+    *(Sweep(f"row_loop_staged_few_blocks_{f}", "fuser.scheduler.normalization", "ROW_LOOP_STAGED_FEW_BLOCKS",
+            (0, few), f, ((2048, 16384), (4096, 16384), (8192, 8192), (4096, 12288)),
+            "inner-persistent kernels that fit at most this many blocks an SM take rows in turn, the next "
+            "group staged in shared memory while the current one reduces (0: never)")
+      for f, few in (("rmsnorm_fwd_fp32", 1), ("layernorm_fwd_fp32", 1), ("softmax_fwd_fp32", 2),
+                     ("rmsnorm_fwd_bf16", 2), ("layernorm_fwd_bf16", 2), ("softmax_fwd_bf16", 2))),
 )
 
 _BY_NAME = {s.name: s for s in SWEEPS}

@@ -79,6 +79,8 @@ class RowLoopLowering(ReductionLowering):
     def _loads_ahead(self, narrow: bool) -> tuple[bool, bool]:
         """(stage each group of rows in shared memory, else load it ahead into registers)
         one iteration ahead; `narrow`: some row input holds values narrower than 4 bytes."""
+        if self.p.stage_rows:  # (the plan stages them: normalization.ROW_LOOP_STAGED_FEW_BLOCKS)
+            return True, False
         return ROW_LOOP_LOADS == "staged", ROW_LOOP_LOADS == "registers"
 
     def lower(self) -> Kernel:

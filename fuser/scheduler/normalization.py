@@ -378,13 +378,18 @@ def inner_persistent_heuristics(sub: SubFusion, geo: ReductionGeometry, vectoriz
         return persistent_min_blocks(info.device_limits, bdx * bdy, batch * vectorize * need)
 
     min_blocks = blocks_for(bool(late))
-    loop = _loops_rows(sub, geo, -(-geo.n_iter // bdy) > min_blocks * sms)
+    waves = -(-geo.n_iter // bdy) > min_blocks * sms
+    loop = _loops_rows(sub, geo, waves)
+    stage = not loop and waves and min_blocks <= ROW_LOOP_STAGED_FEW_BLOCKS and _stages_fit(sub, geo, bdx * bdy,
+                                                                                          batch * vectorize, vectorize)
+    if stage:
+        loop, late = True, False
     if loop and late:  # (a row loop loads the weights before its rows: held throughout)
         min_blocks = blocks_for(False)
     if PERSISTENT_MAX_WARPS:
         min_blocks = max(1, min(min_blocks, PERSISTENT_MAX_WARPS * info.device_limits.warp_size // (bdx * bdy)))
     return ReductionParams(True, True, vectorize, bdx, bdy, batch, 1, info.index_type, min_blocks,
-                           row_loop=loop, late_loads=late)
+                           row_loop=loop, late_loads=late, stage_rows=stage)
 
 
 #: an inner-persistent kernel whose rows fill its blocks and whose threads' vectors fill
@@ -427,6 +432,28 @@ PERSISTENT_LATE_LOADS = "kept"
 #: `ad4d13e`, LayerNorm bf16 µs 0 / 2: [2048, 16384] 47.2 / 49.3, [4096, 16384] 90.9 /
 #: 92.8, [4096, 12288] 71.5 / 73.1, [8192, 8192] 91.4 / 91.4), not yet swept on an H200
 LATE_LOADS_FEW_BLOCKS = 0
+
+
+#: an inner-persistent kernel that fits at most this many blocks an SM (0: never), over
+#: rows that are more than one wave of them, takes its rows in turn, each block's next
+#: group of rows copied into shared memory (cp.async, `lower.row_loop`'s stages) while
+#: it reduces and writes the current one: with one block an SM nothing else keeps its
+#: loads going through the reductions and stores. Candidate, not yet timed:
+#: `bench --sweep row_loop_staged_few_blocks_*`
+ROW_LOOP_STAGED_FEW_BLOCKS = 0
+
+
+def _stages_fit(sub: SubFusion, geo: ReductionGeometry, threads: int, per_thread: int, vectorize: int) -> bool:
+    """Whether every input spanning an inner-persistent kernel's rows and columns can be
+    staged in full 16-byte copies (vectors of `vectorize`), `per_thread` elements for each of `threads` threads in
+    each of STAGES stages, within the device's stage budget (the row loop's reshapes
+    aside: `_loops_rows`)."""
+    if RESHAPE in sub.kinds and reduction.index_plan(sub).steps:
+        return False
+    cols = geo_red_classes(sub, geo)
+    rows = {sub.uf.find(sub.a.id_of(i)) for i in geo.iter_axes}
+    width = staged_row_bytes(sub, cols, rows, vectorize)
+    return width > 0 and STAGES * threads * per_thread * width <= stage_budget(sub.a.info.device_limits)
 
 
 def keeps_across_reductions(sub: SubFusion) -> bool:

@@ -248,7 +248,9 @@ class ReductionParams:
     a thread may spill under `min_blocks`' register cap before the kernel is compiled with
     the compiler's own choice instead (where its grid allows: one planned from what fits).
     `stage_rows` (inner-outer): the row inputs are held in shared-memory stages, whatever
-    their width, because registers would not hold them (normalization.INNER_OUTER_STAGED_FIT).
+    their width, because registers would not hold them (normalization.INNER_OUTER_STAGED_FIT);
+    (inner persistent, with `row_loop`) each group of rows is copied into stages one
+    iteration ahead (normalization.ROW_LOOP_STAGED_FEW_BLOCKS).
     `exact` (inner persistent, no row loop): the rows fill the blocks and each thread's
     vectors the row, exactly, so the kernel checks no bounds (normalization.EXACT_TILES)."""
 
