@@ -445,10 +445,10 @@ ROW_LOOP_STAGED_FEW_BLOCKS = 0
 
 def _stages_fit(sub: SubFusion, geo: ReductionGeometry, threads: int, per_thread: int, vectorize: int) -> bool:
     """Whether every input spanning an inner-persistent kernel's rows and columns can be
-    staged in full 16-byte copies (vectors of `vectorize`), `per_thread` elements for each of `threads` threads in
-    each of STAGES stages, within the device's stage budget (the row loop's reshapes
-    aside: `_loops_rows`)."""
-    if RESHAPE in sub.kinds and reduction.index_plan(sub).steps:
+    staged in full 16-byte copies (vectors of `vectorize`), `per_thread` elements for each
+    of `threads` threads in each of STAGES stages, within the device's stage budget, by a
+    row loop (`_row_loop_indexes`)."""
+    if not _row_loop_indexes(sub):
         return False
     cols = geo_red_classes(sub, geo)
     rows = {sub.uf.find(sub.a.id_of(i)) for i in geo.iter_axes}
@@ -545,11 +545,17 @@ def first_pass_bytes(sub: SubFusion, red_classes) -> int:
 PERSISTENT_ROW_LOOP = "never"
 
 
+def _row_loop_indexes(sub: SubFusion) -> bool:
+    """Whether a row loop can tell the inputs that span the rows: by the reference's axes
+    only, so not where a reshape derives axes the reference lacks."""
+    return not (RESHAPE in sub.kinds and reduction.index_plan(sub).steps)
+
+
 def _loops_rows(sub: SubFusion, geo: ReductionGeometry, waves: bool) -> bool:
     """Whether the inner-persistent kernel over `sub` takes rows in turn (see
     PERSISTENT_ROW_LOOP); `waves`: its groups of rows are more blocks than fit at once."""
-    if RESHAPE in sub.kinds and reduction.index_plan(sub).steps:
-        return False  # (which inputs span the rows is told by the reference's axes only)
+    if not _row_loop_indexes(sub):
+        return False
     if PERSISTENT_ROW_LOOP == "always":
         return True
     if PERSISTENT_ROW_LOOP != "weights" or not waves:
