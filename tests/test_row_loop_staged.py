@@ -10,6 +10,7 @@ import dataclasses
 import re
 
 import pytest
+import torch
 
 from cuda_units import compile_all
 from fuser.benchmarks import fusions as F
@@ -24,7 +25,7 @@ def _plan(name: str, shape: tuple[int, ...]):
     from fuser.scheduler import SchedulerType
 
     f = F.by_name(name)
-    inputs = [x.to("meta") for x in f.inputs(__import__("torch").device("cpu"), shape)]
+    inputs = [x.to("meta") for x in f.inputs(torch.device("cpu"), shape)]
     return prepare_kernel(SchedulerType.inner_persistent, F.define(name).fusion, inputs).params
 
 

@@ -309,7 +309,7 @@ def persistent_elements(sub: SubFusion, geo: ReductionGeometry) -> int:
     twice that where the segment's arithmetic takes more than PERSISTENT_WIDE_ABOVE of the
     device's issue slots per element moved (its tensors spanning rows and columns)."""
     cols = geo_red_classes(sub, geo)
-    rows = {sub.uf.find(sub.a.id_of(i)) for i in geo.iter_axes}
+    rows = geo_row_classes(sub, geo)
     moved = 0
     for tv in {*sub.inputs, *sub.outputs}:
         if isinstance(tv, TensorView):
@@ -380,8 +380,8 @@ def inner_persistent_heuristics(sub: SubFusion, geo: ReductionGeometry, vectoriz
     min_blocks = blocks_for(bool(late))
     waves = -(-geo.n_iter // bdy) > min_blocks * sms
     loop = _loops_rows(sub, geo, waves)
-    stage = not loop and waves and min_blocks <= ROW_LOOP_STAGED_FEW_BLOCKS and _stages_fit(sub, geo, bdx * bdy,
-                                                                                          batch * vectorize, vectorize)
+    stage = (not loop and waves and min_blocks <= ROW_LOOP_STAGED_FEW_BLOCKS
+             and _stages_fit(sub, geo, bdx * bdy, batch * vectorize, vectorize))
     if stage:
         loop, late = True, False
     if loop and late:  # (a row loop loads the weights before its rows: held throughout)
@@ -450,10 +450,8 @@ def _stages_fit(sub: SubFusion, geo: ReductionGeometry, threads: int, per_thread
     row loop (`_row_loop_indexes`)."""
     if not _row_loop_indexes(sub):
         return False
-    cols = geo_red_classes(sub, geo)
-    rows = {sub.uf.find(sub.a.id_of(i)) for i in geo.iter_axes}
-    width = staged_row_bytes(sub, cols, rows, vectorize)
-    return width > 0 and STAGES * threads * per_thread * width <= stage_budget(sub.a.info.device_limits)
+    width = staged_row_bytes(sub, geo_red_classes(sub, geo), geo_row_classes(sub, geo), vectorize)
+    return width > 0 and stage_bytes(threads, per_thread, width) <= stage_budget(sub.a.info.device_limits)
 
 
 def keeps_across_reductions(sub: SubFusion) -> bool:
@@ -560,9 +558,7 @@ def _loops_rows(sub: SubFusion, geo: ReductionGeometry, waves: bool) -> bool:
         return True
     if PERSISTENT_ROW_LOOP != "weights" or not waves:
         return False
-    find, id_of = sub.uf.find, sub.a.id_of
-    rows = {find(id_of(i)) for i in geo.iter_axes}
-    cols = geo_red_classes(sub, geo)
+    rows, cols = geo_row_classes(sub, geo), geo_red_classes(sub, geo)
     return any(isinstance(tv, TensorView) and (c := set(sub.classes_of(tv))) & cols and not c & rows for tv in sub.inputs)
 
 
@@ -582,6 +578,11 @@ def persistent_min_blocks(limits: DeviceLimits, threads: int, held_bytes: int) -
     blocks = min(limits.max_threads_per_sm // max(threads, 1), limits.registers_per_sm // (threads * regs),
                  limits.max_blocks_per_sm)
     return max(blocks, 1)
+
+
+def geo_row_classes(sub: SubFusion, geo: ReductionGeometry) -> set[int]:
+    """The axis classes of a geometry's rows (the axes its reductions keep)."""
+    return {sub.uf.find(sub.a.id_of(i)) for i in geo.iter_axes}
 
 
 def geo_red_classes(sub: SubFusion, geo: ReductionGeometry) -> set[int]:
