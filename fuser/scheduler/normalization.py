@@ -438,8 +438,15 @@ LATE_LOADS_FEW_BLOCKS = 0
 #: rows that are more than one wave of them, takes its rows in turn, each block's next
 #: group of rows copied into shared memory (cp.async, `lower.row_loop`'s stages) while
 #: it reduces and writes the current one: with one block an SM nothing else keeps its
-#: loads going through the reductions and stores. Candidate, not yet timed:
-#: `bench --sweep row_loop_staged_few_blocks_*`
+#: loads going through the reductions and stores. Slower on the H100 at every shape it
+#: takes (`bench --sweep row_loop_staged_few_blocks_*` at `3c1dd65`, µs 0 / 1 for fp32, 0 / 2
+#: for bf16, at [2048, 16384], [4096, 16384], [8192, 8192], [4096, 12288]): RMSNorm fp32
+#: 92.5 / 98.1, 181.4 / 189.9, 177.8 / 177.6, 134.8 / 134.5; LayerNorm fp32 99.9 / 103.3,
+#: 191.0 / 200.9, 177.8 / 178.2, 162.5 / 155.9; softmax fp32 91.6 / 101.7, 180.0 / 198.6,
+#: 177.8 / 177.8, 134.7 / 134.8; RMSNorm bf16 46.1 / 50.5, 89.9 / 98.6, 90.6 / 90.4, 68.0 /
+#: 68.0; LayerNorm bf16 47.3 / 54.5, 90.9 / 108.1, 91.3 / 91.2, 71.4 / 79.9; softmax bf16
+#: 48.4 / 52.1, 92.2 / 105.0, 89.9 / 90.1, 69.3 / 69.2 (the one-block fp32 rows already at
+#: 95% of copy there). Its lead is the H200, where these rows trail; not yet swept there
 ROW_LOOP_STAGED_FEW_BLOCKS = 0
 
 
