@@ -42,6 +42,10 @@ def block_allreduce(s: BlockAllReduce) -> list[str]:
         if s.over != ParallelType.TIDy or s.out != s.value:
             raise ValueError("a tile block reduction combines a register array in place over threadIdx.y")
         return [f"fuser::block_allreduce_tile_y{free}({expr(s.value)}, {combine(s.op, s.dtype)}, {expr(s.smem)});"]
+    if s.float_counts:
+        if s.op is not None or s.over != ParallelType.TIDx:
+            raise ValueError("float counts are for Welford accumulators combined over threadIdx.x")
+        return [f"{expr(s.out)} = fuser::block_welford_x{free}({expr(s.value)}, {expr(s.smem)});"]
     return [f"{expr(s.out)} = fuser::block_allreduce_{which}{free}({expr(s.value)}, {combine(s.op, s.dtype)}, "
             f"{expr(s.smem)});"]
 

@@ -515,6 +515,10 @@ class BlockAllReduce:
     #: blockDim.y likewise, for reductions over TIDy (the helper picks its path when
     #: compiled, and its loops over rows and warps unroll), else 0
     bdy: int = 0
+    #: Welford accumulators (over TIDx) whose counts the kernel knows stay exact in `dtype`
+    #: (a row held in registers): merged with counts in `dtype`,
+    #: `fuser::block_welford_x(value, smem)`
+    float_counts: bool = False
 
 
 @dataclass

@@ -143,7 +143,7 @@ def _grid_reduce(p: _Printer, s: kir.GridReduce, depth: int, out: list[str]) -> 
 
 def _block_allreduce(p: _Printer, s: kir.BlockAllReduce) -> str:
     extra = f", tile={s.tile}" if s.tile else ""
-    keep = "" if s.free_after else ", smem kept"
+    keep = ("" if s.free_after else ", smem kept") + (", float counts" if s.float_counts else "")
     return (f"{p.expr(s.out)} = BLOCK_ALLREDUCE({_op_name(s.op)}<{_dtype(s.dtype)}>, {p.expr(s.value)}, "
             f"over={s.over.name}, smem={p.expr(s.smem)}{extra}{keep})")
 

@@ -114,6 +114,15 @@ OUTER_WELFORD_ONLINE = False
 #: 100.2 -> 113.4; level at [16384, 4096]). The third block reduction is not the cost: with
 #: the deviations' sum folded into M2's (one pair reduction) it took 54.6 and 116.6.
 WELFORD_CORRECTED_MEAN = False
+#: an inner-persistent Welford reduction (LayerNorm's) whose kernel fits at most
+#: this many blocks an SM (its plan's register cap; 0: never) reduces each thread's own mean
+#: and M2 over the block in one reduction (`block_allreduce_x` of Welford triples) instead of
+#: the row's sum and then its squared deviations in two: with one or two blocks an SM each
+#: row's reductions are on its critical path, nothing else hiding them. Candidate, not yet
+#: timed: `bench --sweep welford_one_reduction_*`. (An earlier form, folding triples with
+#: IEEE divisions through the generic allreduce, took LayerNorm bf16 [16384, 4096] on an
+#: H200 from 68.7 to 125.9 us.)
+WELFORD_ONE_REDUCTION_BLOCKS = 0
 #: whether a kernel that keeps its first pass's values (ReductionParams.keep_first_pass)
 #: still launders its loaded inputs before later passes. Laundering the inputs loaded once
 #: (weights) makes every iteration of a row loop convert them again; without it the
@@ -727,31 +736,44 @@ class ReductionLowering:
         second = [Assign(Var(tm2), kir.Binary(kir.BinaryOpType.Add, Var(tm2), square, acc_dt, acc_dt, acc_dt))]
         acc = Element(Var(name), lane) if lane is not None else Var(name)
         if self.p.persistent and self.p.inner:
-            # the whole row is in registers: two passes over it (the sum, then the squared
-            # deviations from the row's mean) cost two float block reductions, far less than
-            # combining Welford triples across the block in one (each thread's own mean and
-            # deviations, then Chan's combination; H200, LayerNorm bf16 [16384, 4096] 68.7 ->
-            # 125.9 us, fp32 130.1 -> 159.1)
-            add = kir.BinaryOpType.Add
-            # every row has all its columns: the count is the row length, no reduction
+            # the whole row is in registers: two passes over it, the sum, then the squared
+            # deviations from a mean
             again = self._launder_rows()
             if again:  # the second pass recomputes the values from the loaded row
                 second = [st for ex in self._producers({x}) for st in self._compute(ex, u, v)] + second
-            # (the block reductions in the order they run: each alternates scratch buffers)
-            sums = self._block_allreduce(Var(tsum), add, acc_dt, False)
-            squares = self._block_allreduce(Var(tm2), add, acc_dt, False)
-            start, each, correct = self._corrected_mean(n, dev, tmean, tm2, count, acc_dt)
-            second = second + each
-            merge = [sums,
-                     Assign(Var(tcnt), self.n_cols),
-                     Decl(tmean, acc_dt, None, mean), Decl(tm2, acc_dt, None, kir.Const(0, acc_dt)), *start,
-                     *again,
-                     For(u, IntLit(self.U), _guarded(pred, self._over_lanes(second)), unroll=True,
-                         dtype=DataType.Int32),
-                     squares,
-                     *correct,
-                     Assign(Member(acc, "avg"), Var(tmean)), Assign(Member(acc, "m2"), Var(tm2)),
-                     Assign(Member(acc, "n"), Var(tcnt))]
+
+            def deviations(body: list) -> list:
+                return [*again, For(u, IntLit(self.U), _guarded(pred, self._over_lanes(body)), unroll=True,
+                                    dtype=DataType.Int32)]
+            if self._one_welford_reduction():
+                # each thread's own mean and M2 (no barrier between the passes), then the
+                # block's in one reduction of the triples
+                merge = [Decl(tmean, acc_dt, None, mean), Decl(tm2, acc_dt, None, kir.Const(0, acc_dt)),
+                         *deviations(second),
+                         Assign(Member(acc, "avg"), Var(tmean)), Assign(Member(acc, "m2"), Var(tm2)),
+                         Assign(Member(acc, "n"), Var(tcnt)),
+                         # (a row held in registers counts far below 2^24)
+                         self._block_allreduce(acc, None, acc_dt, True, float_counts=True)]
+            else:
+                # the row's mean first: two float block reductions (less, at several blocks
+                # an SM, than combining Welford triples across the block in one: each
+                # thread's own mean and deviations, then Chan's combination with IEEE
+                # divisions; H200, LayerNorm bf16 [16384, 4096] 68.7 -> 125.9 us, fp32
+                # 130.1 -> 159.1)
+                add = kir.BinaryOpType.Add
+                # (the block reductions in the order they run: each alternates scratch buffers)
+                sums = self._block_allreduce(Var(tsum), add, acc_dt, False)
+                squares = self._block_allreduce(Var(tm2), add, acc_dt, False)
+                start, each, correct = self._corrected_mean(n, dev, tmean, tm2, count, acc_dt)
+                merge = [sums,
+                         # every row has all its columns: the count is the row length
+                         Assign(Var(tcnt), self.n_cols),
+                         Decl(tmean, acc_dt, None, mean), Decl(tm2, acc_dt, None, kir.Const(0, acc_dt)), *start,
+                         *deviations(second + each),
+                         squares,
+                         *correct,
+                         Assign(Member(acc, "avg"), Var(tmean)), Assign(Member(acc, "m2"), Var(tm2)),
+                         Assign(Member(acc, "n"), Var(tcnt))]
             self._combined.add(name)
         elif lanes > 1 and OUTER_WELFORD_ONLINE:
             per_value, merge = self._online_lanes(name, n, acc_dt, value, x.dtype, tcnt)
@@ -772,6 +794,11 @@ class ReductionLowering:
                      *correct,
                      kir.WelfordMerge(acc, Var(tmean), Var(tm2), at(tcnt))]
         return decls, per_value, merge
+
+    def _one_welford_reduction(self) -> bool:
+        """Whether an inner-persistent kernel's Welford reductions take one block reduction
+        of each thread's triple instead of two of floats (WELFORD_ONE_REDUCTION_BLOCKS)."""
+        return 0 < self.p.min_blocks <= WELFORD_ONE_REDUCTION_BLOCKS and not WELFORD_CORRECTED_MEAN
 
     def _corrected_mean(self, n: str, dev, tmean: str, tm2: str, count, acc_dt: DataType,
                         over_block: bool = True) -> tuple[list, list, list]:
@@ -956,7 +983,7 @@ class ReductionLowering:
                     self.body.append(Assign(self._reg(out, IntLit(0), IntLit(lane)), Cast(acc, acc_dt, out.dtype)))
 
     def _block_allreduce(self, acc, op, dtype: DataType, welford: bool, over=ParallelType.TIDx,
-                         tile: int = 0) -> BlockAllReduce:
+                         tile: int = 0, float_counts: bool = False) -> BlockAllReduce:
         """`acc` combined over the block in place (with `tile`: the register array `acc`,
         element by element). Persistent kernels alternate between two scratch buffers per
         type and skip the barrier that frees one after use (one barrier per reduction
@@ -971,7 +998,7 @@ class ReductionLowering:
         if turn:
             smem = self._shared(dtype, welford, "_b", tile=tile)
         return BlockAllReduce(acc, acc, op, dtype, Var(smem), over, free_after=False, tile=tile,
-                              bdx=self._fixed_bdx(), bdy=bdy)
+                              bdx=self._fixed_bdx(), bdy=bdy, float_counts=float_counts)
 
     def _fixed_bdx(self) -> int:
         """blockDim.x for the block reductions to take as a constant (their loop over warps

@@ -142,6 +142,58 @@ FUSER_DEVICE T block_allreduce_x(T v, Op op, T* smem) {
   return r;
 }
 
+// A ratio of counts as a Welford merge's weight: float's fast division (2 ulp; counts'
+// ratios need no more, and an IEEE division costs a call).
+FUSER_DEVICE float count_ratio(float a, float b) { return __fdividef(a, b); }
+FUSER_DEVICE double count_ratio(double a, double b) { return a / b; }
+
+// Chan's merge of the (avg, m2, n) triples of `width` consecutive lanes (a power of two, at
+// most 32), counts in T. The two lanes of a shuffle take the pair in one order (the lower
+// lane's first), so every lane ends with the same bits; a merge with an empty side
+// returns the other side exactly (empty triples are {0, 0, 0}), as does one of equal means.
+template <typename T>
+FUSER_DEVICE void warp_welford(T& avg, T& m2, T& n, int width) {
+  const int lane = threadIdx.x % 32;
+  for (int m = width / 2; m > 0; m /= 2) {
+    const T o_avg = shfl_xor(avg, m, width), o_m2 = shfl_xor(m2, m, width), o_n = shfl_xor(n, m, width);
+    const bool hi = (lane & m) != 0;
+    const T a_avg = hi ? o_avg : avg, b_avg = hi ? avg : o_avg, a_n = hi ? o_n : n, b_n = hi ? n : o_n;
+    const T total = a_n + b_n;
+    const T w = a_n > T(0) ? count_ratio(b_n, total) : T(1);  // (both empty: d is 0)
+    const T d = b_avg - a_avg;
+    avg = a_avg + d * w;
+    m2 = (m2 + o_m2) + d * d * a_n * w;
+    n = total;
+  }
+}
+
+// Welford triples combined over the threads of each row, as block_allreduce_x with
+// fuser::WelfordOp (same `smem`, `Free`, `BDX`), where the kernel knows every count stays
+// exact in T (below 2^24 for float): merged with counts in T, no chain of IEEE divisions,
+// in two rounds of shuffles (within warps, then each warp's lanes over the warps'
+// triples), one barrier between. Every thread gets the same bits.
+template <bool Free = true, int BDX = 0, typename T>
+FUSER_DEVICE Welford<T> block_welford_x(Welford<T> v, Welford<T>* smem) {
+  const int bdx = BDX > 0 ? BDX : blockDim.x;
+  if (bdx == 1) return v;
+  T avg = v.avg, m2 = v.m2, n = static_cast<T>(v.n);
+  warp_welford(avg, m2, n, bdx < 32 ? bdx : 32);
+  if (bdx > 32) {
+    const int warps = bdx / 32, lane = threadIdx.x % 32;
+    Welford<T>* row = smem + threadIdx.y * warps;
+    // no barrier first: every user of smem ends with one, so earlier readers are done
+    if (lane == 0) row[threadIdx.x / 32] = Welford<T>{avg, m2, static_cast<long long>(n)};
+    __syncthreads();
+    const Welford<T> p = row[lane % warps];  // (every group of `warps` lanes merges them all)
+    avg = p.avg;
+    m2 = p.m2;
+    n = static_cast<T>(p.n);
+    warp_welford(avg, m2, n, warps);
+    if (Free) __syncthreads();
+  }
+  return Welford<T>{avg, m2, static_cast<long long>(n)};
+}
+
 // The most shared-memory reads per thread (warps of the block times elements of the tile)
 // for which a block's columns combine by warp shuffles first (see columns_shuffle). H100,
 // sum over dim 0: [128, 1000] fp32 in 4 x 32 blocks of 2-element vectors 3.16 -> 2.71 us
