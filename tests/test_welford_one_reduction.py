@@ -132,6 +132,8 @@ def test_one_reduction_matches_eager_on_the_gpu(switches, poisoned_kernel_output
     (DataType.Float, (33, 4100), 3e3),
     (DataType.Half, (129, 1000), 50.0),
     (DataType.BFloat16, (17, 32768), 0.0),
+    (DataType.Float, (2201, 64), 100.0),  # rows of 16 threads, 16 rows a block (threadIdx.y)
+    (DataType.Half, (300, 96), 10.0),
 ])
 def test_rows_far_from_zero_and_ragged_match_float64_on_the_gpu(switches, poisoned_kernel_outputs, dt, shape, offset):
     """The runtime's merges on rows whose mean dwarfs their spread (a lost deviation or a
