@@ -37,6 +37,22 @@ def test_few_blocks_an_sm_reduce_welford_triples_once_where_the_switch_says(swit
         assert src.count(TWO) == 2  # the row's sum, then its squared deviations
 
 
+def test_float_counts_print_the_welford_helper():
+    from fuser.codegen.reductions import block_allreduce
+    from fuser.ir.domain import ParallelType
+    from fuser.ir.exprs import BinaryOpType
+    from fuser.lower.kir import BlockAllReduce, Var
+
+    w, ws = Var("w"), Var("ws")
+    assert block_allreduce(BlockAllReduce(w, w, None, DataType.Float, ws, free_after=False, bdx=128,
+                                          float_counts=True)) == [
+        "w = fuser::block_welford_x<false, 128>(w, ws);"]
+    with pytest.raises(ValueError, match="Welford accumulators combined over threadIdx.x"):
+        block_allreduce(BlockAllReduce(w, w, BinaryOpType.Add, DataType.Float, ws, float_counts=True))
+    with pytest.raises(ValueError, match="Welford accumulators combined over threadIdx.x"):
+        block_allreduce(BlockAllReduce(w, w, None, DataType.Float, ws, ParallelType.TIDy, float_counts=True))
+
+
 def test_the_corrected_mean_keeps_its_own_reductions(switches):
     switches(reduction, WELFORD_ONE_REDUCTION_BLOCKS=64, WELFORD_CORRECTED_MEAN=True)
     assert ONE not in _bench_code("layernorm_fwd_fp32", (2048, 16384))
