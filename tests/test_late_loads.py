@@ -13,7 +13,7 @@ import torch
 from cuda_units import compile_all
 from fuser.lower import row_loop
 from fuser.scheduler import normalization
-from test_row_loop import CASES, GPU_CASES, _bench_code, _case_inputs, bench_case_on_gpu
+from test_row_loop import CASES, GPU_CASES, _bench_code, _case_inputs, bench_case_ids, bench_case_on_gpu
 
 
 @pytest.fixture
@@ -57,7 +57,7 @@ def test_late_loads_simulate_to_the_reference(late, name, loop):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name,shape", GPU_CASES, ids=[f"{n}@{'x'.join(map(str, s))}" for n, s in GPU_CASES])
+@pytest.mark.parametrize("name,shape", GPU_CASES, ids=bench_case_ids(GPU_CASES))
 def test_late_loads_match_eager_on_the_gpu(late, poisoned_kernel_outputs, name, shape):
     pytest.importorskip("pycuda")
     late(True)

@@ -15,7 +15,7 @@ from cuda_units import compile_all, ptx_of
 from fuser.lower import reduction as lred
 from fuser.scheduler import normalization as N
 from fuser.scheduler.runtime_info import TARGET_ENV
-from test_row_loop import CASES, GPU_CASES, _bench_code, _case_inputs, bench_case_on_gpu
+from test_row_loop import CASES, GPU_CASES, _bench_code, _case_inputs, bench_case_ids, bench_case_on_gpu
 
 
 @pytest.fixture
@@ -131,7 +131,7 @@ def test_streaming_kernels_simulate_to_the_reference(choose, name, hints):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name,shape", GPU_CASES, ids=[f"{n}@{'x'.join(map(str, s))}" for n, s in GPU_CASES])
+@pytest.mark.parametrize("name,shape", GPU_CASES, ids=bench_case_ids(GPU_CASES))
 def test_the_choices_match_eager_on_the_gpu(choose, poisoned_kernel_outputs, name, shape):
     pytest.importorskip("pycuda")
     choose("streaming", threads=128, warps=32)
@@ -140,7 +140,7 @@ def test_the_choices_match_eager_on_the_gpu(choose, poisoned_kernel_outputs, nam
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("hints,seed", [("stores", 4), ("loads", 6)])
-@pytest.mark.parametrize("name,shape", GPU_CASES, ids=[f"{n}@{'x'.join(map(str, s))}" for n, s in GPU_CASES])
+@pytest.mark.parametrize("name,shape", GPU_CASES, ids=bench_case_ids(GPU_CASES))
 def test_one_sided_hints_match_eager_on_the_gpu(choose, poisoned_kernel_outputs, name, shape, hints, seed):
     pytest.importorskip("pycuda")
     choose(hints)

@@ -251,6 +251,11 @@ def test_load_caps_a_row_loops_grid_at_the_resident_blocks(loop, monkeypatch):
 
 # --- on the GPU: the benchmark norms with every block looping, against eager PyTorch ------------------
 
+def bench_case_ids(cases) -> list[str]:
+    """pytest ids of (bench fusion, shape) cases: NAME@MxN."""
+    return [f"{n}@{'x'.join(map(str, s))}" for n, s in cases]
+
+
 GPU_CASES = [(n, s) for n in ("rmsnorm_fwd_bf16", "layernorm_fwd_bf16", "softmax_fwd_bf16", "rmsnorm_fwd_fp32",
                               "layernorm_fwd_fp32", "dropout_add_layernorm_fwd_bf16")
              for s in ((16384, 4096), (2048, 16384), (20000, 1024), (1000, 4096), (3, 4096))
@@ -259,7 +264,7 @@ GPU_CASES = [(n, s) for n in ("rmsnorm_fwd_bf16", "layernorm_fwd_bf16", "softmax
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("loads", LOADS)
-@pytest.mark.parametrize("name,shape", GPU_CASES, ids=[f"{n}@{'x'.join(map(str, s))}" for n, s in GPU_CASES])
+@pytest.mark.parametrize("name,shape", GPU_CASES, ids=bench_case_ids(GPU_CASES))
 def test_looping_norms_match_eager_on_the_gpu(loop, poisoned_kernel_outputs, name, shape, loads):
     pytest.importorskip("pycuda")
     loop("always", loads)

@@ -15,7 +15,7 @@ import torch
 from cuda_units import compile_all
 from fuser.benchmarks import fusions as F
 from fuser.scheduler import normalization, runtime_info
-from test_row_loop import CASES, LOOP, _bench_code, _case_inputs, bench_case_on_gpu
+from test_row_loop import CASES, LOOP, _bench_code, _case_inputs, bench_case_ids, bench_case_on_gpu
 
 COPY = "fuser::cp_async<16>("
 
@@ -117,7 +117,7 @@ GPU_CASES = [("rmsnorm_fwd_fp32", (2048, 16384)), ("layernorm_fwd_fp32", (4096, 
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name,shape", GPU_CASES, ids=[f"{n}@{'x'.join(map(str, s))}" for n, s in GPU_CASES])
+@pytest.mark.parametrize("name,shape", GPU_CASES, ids=bench_case_ids(GPU_CASES))
 def test_staged_rows_match_eager_on_the_gpu(switches, poisoned_kernel_outputs, name, shape):
     pytest.importorskip("pycuda")
     switches(normalization, ROW_LOOP_STAGED_FEW_BLOCKS=2)

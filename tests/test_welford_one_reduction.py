@@ -13,7 +13,7 @@ from cuda_units import compile_all
 from fuser.ir.dtype import DataType
 from fuser.lower import reduction
 from fuser.scheduler import normalization
-from test_row_loop import _bench_code, _case_inputs, _layernorm, bench_case_on_gpu
+from test_row_loop import _TDT, _bench_code, _case_inputs, _layernorm, bench_case_ids, bench_case_on_gpu
 
 ONE = "fuser::block_welford_x<"
 TWO = "fuser::block_allreduce_x<"
@@ -80,7 +80,7 @@ def _layernorm_rows(dt: DataType, shape: tuple[int, int], offset: float = 0.0):
     """A LayerNorm definition and inputs whose rows sit `offset` from zero."""
     from fuser import FusionDefinition
 
-    t = {DataType.Float: torch.float32, DataType.Half: torch.float16, DataType.BFloat16: torch.bfloat16}[dt]
+    t = _TDT[dt]
     xs = [(torch.randn(shape) + offset).to(t), torch.randn(shape[1]).to(t), torch.randn(shape[1]).to(t)]
     with FusionDefinition() as fd:
         _layernorm(fd, dt)
@@ -134,7 +134,7 @@ GPU_CASES = [("layernorm_fwd_fp32", (4096, 12288)), ("layernorm_fwd_fp32", (1001
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name,shape", GPU_CASES, ids=[f"{n}@{'x'.join(map(str, s))}" for n, s in GPU_CASES])
+@pytest.mark.parametrize("name,shape", GPU_CASES, ids=bench_case_ids(GPU_CASES))
 def test_one_reduction_matches_eager_on_the_gpu(switches, poisoned_kernel_outputs, name, shape):
     pytest.importorskip("pycuda")
     switches(reduction, WELFORD_ONE_REDUCTION_BLOCKS=64)
