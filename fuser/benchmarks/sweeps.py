@@ -375,9 +375,9 @@ SWEEPS: tuple[Sweep, ...] = (
       for f, few in (("rmsnorm_fwd_fp32", 1), ("layernorm_fwd_fp32", 1), ("softmax_fwd_fp32", 2),
                      ("rmsnorm_fwd_bf16", 2), ("layernorm_fwd_bf16", 2), ("softmax_fwd_bf16", 2))),
     # (fp32 rows of 12288-16384 take one block of 1024 threads an SM, bf16 ones of 16384 two
-    # of 512; [16384, 4096] four or more)
-    *(Sweep(f"welford_one_reduction_{f}", "fuser.lower.reduction", "WELFORD_ONE_REDUCTION_BLOCKS", (0, 2, 64), f,
-            ((2048, 16384), (4096, 12288), (8192, 8192), (16384, 4096)),
+    # of 512 and of 32768 one; [16384, 4096] four or more)
+    *(Sweep(f"welford_one_reduction_{f}", "fuser.lower.reduction", "WELFORD_ONE_REDUCTION_BLOCKS", (0, 1, 2, 64), f,
+            ((1024, 32768), (2048, 16384), (4096, 12288), (8192, 8192), (16384, 4096)),
             "inner-persistent kernels that fit at most this many blocks an SM reduce each thread's Welford "
             "triple over the block in one reduction, not the row's sum and squared deviations in two (0: never)")
       for f in ("layernorm_fwd_fp32", "layernorm_fwd_bf16")),

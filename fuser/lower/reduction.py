@@ -117,16 +117,20 @@ WELFORD_CORRECTED_MEAN = False
 #: an inner-persistent Welford reduction (LayerNorm's) whose kernel fits at most
 #: this many blocks an SM (its plan's register cap; 0: never) reduces each thread's own mean
 #: and M2 over the block in one reduction (the runtime's `block_welford_x`) instead of
-#: the row's sum and then its squared deviations in two: with one or two blocks an SM each
-#: row's reductions are on its critical path, nothing else hiding them (H100, `3c1dd65`:
-#: LayerNorm fp32 [4096, 12288], one block of 1024 threads, 162.5 us, 82% of copy). SASS
-#: (sm_90, H100 plans; static instructions, two barriers -> one): LayerNorm fp32 [4096,
-#: 12288] 592 -> 392 (64 -> 56 registers), [2048, 16384] 640 -> 416; bf16 [2048, 16384] 912
-#: -> 656; at [16384, 4096], 256 threads, 456 -> 504. Candidate, not yet timed: `bench
-#: --sweep welford_one_reduction_*`. (An earlier form, folding triples with IEEE divisions
-#: through the generic allreduce, took LayerNorm bf16 [16384, 4096] on an H200 from 68.7 to
-#: 125.9 us.)
-WELFORD_ONE_REDUCTION_BLOCKS = 0
+#: the row's sum and then its squared deviations in two: with one block an SM each row's
+#: reductions are on its critical path, nothing else hiding them. SASS (sm_90, H100 plans;
+#: static instructions, two barriers -> one): LayerNorm fp32 [4096, 12288] 592 -> 392 (64 ->
+#: 56 registers), [2048, 16384] 640 -> 416; bf16 [2048, 16384] 912 -> 656; at [16384, 4096],
+#: 256 threads, 456 -> 504. `bench --sweep welford_one_reduction_*`, H100 (`9848a1e`), µs at
+#: 0 / 2 / 64; the plan's blocks an SM in brackets:
+#: - fp32 [2048, 16384] (1) 99.1 / 94.8 / 94.9, [4096, 12288] (1) 162.4 / 149.3 / 149.1,
+#:   [8192, 8192] (2) 178.0 / 178.6 / 178.4, [16384, 4096] (4) 178.2 / 178.6 / 178.4;
+#: - bf16 [2048, 16384] (2) 47.2 / 48.4 / 48.2, [4096, 12288] (2) 71.5 / 70.8 / 71.0,
+#:   [8192, 8192] (4) 91.6 / 91.3 / 91.6, [16384, 4096] (6) 90.4 / 90.4 / 90.5.
+#: So one block an SM gains 4-8% and two are a toss (-2.5% to +1%): 1. (An earlier form,
+#: folding triples with IEEE divisions through the generic allreduce, took LayerNorm bf16
+#: [16384, 4096] on an H200 from 68.7 to 125.9 us.)
+WELFORD_ONE_REDUCTION_BLOCKS = 1
 #: whether a kernel that keeps its first pass's values (ReductionParams.keep_first_pass)
 #: still launders its loaded inputs before later passes. Laundering the inputs loaded once
 #: (weights) makes every iteration of a row loop convert them again; without it the
