@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from cuda_units import compile_all
+from fuser import DataType, FusionDefinition
 from fuser.lower import row_loop
 from fuser.scheduler import normalization
 from test_row_loop import CASES, GPU_CASES, _bench_code, _case_inputs, bench_case_ids, bench_case_on_gpu
@@ -84,8 +85,6 @@ def test_an_input_read_only_in_the_first_pass_is_let_go_and_counted(late):
     """z is read only beside the reduction (for another output): it is not laundered after
     it (a launder would keep its registers live to the end), and the occupancy target counts
     it, since the first pass holds it beside the row (a target that left it out spilled)."""
-    from fuser import DataType, FusionDefinition
-
     def build(fd):
         x = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float)
         z = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float)
@@ -112,9 +111,11 @@ def test_an_input_read_only_in_the_first_pass_is_let_go_and_counted(late):
 
 
 def _late_planned(name: str, shape) -> str:
-    """"late" where the bench fusion's kernel loads an input after its last block reduction."""
+    """"late" where the bench fusion's kernel loads an input after its last block reduction
+    (a sum's or a Welford triple's)."""
     src = _bench_code(name, shape)
-    return "late" if re.search(r"load_vec(_stream)?<", src[src.rindex("block_allreduce_x"):]) else "early"
+    last = [m.end() for m in re.finditer(r"fuser::block_(allreduce|welford)_x", src)][-1]
+    return "late" if re.search(r"load_vec(_stream)?<", src[last:]) else "early"
 
 
 @pytest.mark.parametrize("name,shape,want", [
@@ -163,5 +164,84 @@ def test_few_blocks_loading_late_match_eager_on_the_gpu(switches, poisoned_kerne
     pytest.importorskip("pycuda")
     switches(normalization, PERSISTENT_LATE_LOADS="kept", LATE_LOADS_FEW_BLOCKS=2)
     fd = bench_case_on_gpu(name, shape, seed=41)
+    runs = fd._entry.last_runner.runs
+    assert any(getattr(getattr(r.kernel, "params", None), "late_loads", False) for r in runs)
+
+
+# --- rows whose early loads one block's registers cannot hold -----------------------------------
+
+
+def test_fits_one_block_counts_a_threads_registers_and_the_sms():
+    from fuser.scheduler.runtime_info import DeviceLimits
+
+    h100 = DeviceLimits.target("h100")
+    assert normalization.persistent_registers(192) == 64  # 48 held, 16 more
+    assert normalization.fits_one_block(h100, 1024, 192)
+    assert not normalization.fits_one_block(h100, 1024, 196)  # 72 registers x 1024 threads: past 65536
+    assert normalization.fits_one_block(h100, 256, 900)  # 248 registers
+    assert not normalization.fits_one_block(h100, 32, 1000)  # 272: past the 255 a thread may address
+
+
+@pytest.mark.parametrize("name,shape,want", [
+    ("layernorm_fwd_fp32", (1024, 32768), "late"),  # 1024 threads of 32: row, weight and bias, 96 floats
+    ("layernorm_fwd_fp32", (100, 32768), "late"),  # one wave of blocks: late all the same
+    ("layernorm_fwd_fp32", (2048, 24576), "late"),
+    ("rmsnorm_fwd_fp32", (1024, 32768), "late"),
+    ("layernorm_fwd_bf16", (256, 49152), "late"),
+    ("layernorm_fwd_fp32", (2048, 16384), "early"),  # 48 floats a thread: one block holds them
+    ("layernorm_fwd_bf16", (1024, 32768), "early"),
+    ("softmax_fwd_fp32", (1024, 32768), "early"),  # no input to load later
+])
+def test_rows_one_block_cannot_hold_load_late_where_the_switch_says(switches, name, shape, want):
+    switches(normalization, PERSISTENT_LATE_LOADS="kept", LATE_LOADS_OVER_REGISTERS=True)
+    assert _late_planned(name, shape) == want
+    switches(normalization, LATE_LOADS_OVER_REGISTERS=False)  # shipped: off until timed
+    assert _late_planned(name, shape) == "early"
+
+
+@pytest.mark.nvcc
+def test_loading_late_spills_nothing_where_loading_early_spills(switches):
+    """ptxas sm_90: LayerNorm fp32 [1024, 32768] early holds 96 floats a thread where 1024
+    threads may take 64 registers each, and spills; late, it holds the row alone across the
+    reduction."""
+    from cuda_units import ptxas_usage
+
+    switches(normalization, PERSISTENT_LATE_LOADS="kept", LATE_LOADS_OVER_REGISTERS=False)
+    (early,) = ptxas_usage(_bench_code("layernorm_fwd_fp32", (1024, 32768)))
+    switches(normalization, LATE_LOADS_OVER_REGISTERS=True)
+    (late,) = ptxas_usage(_bench_code("layernorm_fwd_fp32", (1024, 32768)))
+    assert early[0] <= 64 and early[1] > 0
+    assert late[0] <= 64 and late[1] == 0
+
+
+@pytest.mark.parametrize("dt,n", [(DataType.Float, 32768), (DataType.BFloat16, 49152)])
+def test_rows_one_block_cannot_hold_simulate_to_the_reference(switches, dt, n):
+    from kernel_sim import simulate_fusion
+    from test_row_loop import _TDT, _layernorm
+
+    switches(normalization, PERSISTENT_LATE_LOADS="kept", LATE_LOADS_OVER_REGISTERS=True)
+    torch.manual_seed(7)
+    t = _TDT[dt]
+    # rows far from zero and a weight and bias of their own, so that a value from the wrong
+    # pass or vector shows
+    xs = [(torch.randn(3, n) * 3 + 5).to(t), torch.randn(n).to(t), torch.randn(n).to(t)]
+    with FusionDefinition() as fd:
+        _layernorm(fd, dt)
+    src = fd.cuda_code_for([x.to("meta") for x in xs])
+    assert src.index("&T1[") > src.rindex("fuser::block_welford_x")  # the weight after the reduction
+    report = simulate_fusion(fd, xs, resident=3)
+    assert report.ok and report.status == "ok", str(report)
+    (seg,) = report.segments
+    assert seg.scheduler == "inner_persistent" and seg.kernel, str(report)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name,shape", [("layernorm_fwd_fp32", (1024, 32768)), ("layernorm_fwd_fp32", (100, 32768)),
+                                        ("layernorm_fwd_fp32", (333, 24576)), ("rmsnorm_fwd_fp32", (1030, 32768)),
+                                        ("layernorm_fwd_bf16", (257, 49152))], ids=str)
+def test_rows_one_block_cannot_hold_match_eager_on_the_gpu(switches, poisoned_kernel_outputs, name, shape):
+    pytest.importorskip("pycuda")
+    switches(normalization, PERSISTENT_LATE_LOADS="kept", LATE_LOADS_OVER_REGISTERS=True)
+    fd = bench_case_on_gpu(name, shape, seed=43)
     runs = fd._entry.last_runner.runs
     assert any(getattr(getattr(r.kernel, "params", None), "late_loads", False) for r in runs)

@@ -127,7 +127,12 @@ WELFORD_CORRECTED_MEAN = False
 #:   [8192, 8192] (2) 178.0 / 178.6 / 178.4, [16384, 4096] (4) 178.2 / 178.6 / 178.4;
 #: - bf16 [2048, 16384] (2) 47.2 / 48.4 / 48.2, [4096, 12288] (2) 71.5 / 70.8 / 71.0,
 #:   [8192, 8192] (4) 91.6 / 91.3 / 91.6, [16384, 4096] (6) 90.4 / 90.4 / 90.5.
-#: So one block an SM gains 4-8% and two are a toss (-2.5% to +1%): 1. (An earlier form,
+#: So one block an SM gains 4-8% and two are a toss (-2.5% to +1%): 1. Again at `95fb2b6`
+#: (H100, 0 / 1 / 2 / 64): the one-block plans fp32 [1024, 32768] 413.3 / 185.5 / 185.6 /
+#: 185.5 (its early-loaded weights spill either way: LATE_LOADS_OVER_REGISTERS), bf16
+#: [1024, 32768] 57.4 / 53.9 / 54.0 / 53.8, fp32 [2048, 16384] 99.2 / 94.9 / 95.0 / 94.7,
+#: [4096, 12288] 162.4 / 149.3 / 149.3 / 149.2; bf16 [2048, 16384] (2) 47.4 / 47.1 / 48.4 /
+#: 48.5; the others within 1.1% of the best at 1. (An earlier form,
 #: folding triples with IEEE divisions through the generic allreduce, took LayerNorm bf16
 #: [16384, 4096] on an H200 from 68.7 to 125.9 us.)
 WELFORD_ONE_REDUCTION_BLOCKS = 1

@@ -367,7 +367,9 @@ def inner_persistent_heuristics(sub: SubFusion, geo: ReductionGeometry, vectoriz
         # (in a single wave of blocks a late load's latency is exposed, not hidden by others)
         few = LATE_LOADS_FEW_BLOCKS > 0 and (persistent_min_blocks(info.device_limits, bdx * bdy, batch * vectorize * held)
                                              <= LATE_LOADS_FEW_BLOCKS)
-        late = -(-geo.n_iter // bdy) > sms and first < held and (few or keeps_across_reductions(sub))
+        # (loaded early, a row that one block's registers cannot hold spills, however few the rows)
+        over = LATE_LOADS_OVER_REGISTERS and not fits_one_block(info.device_limits, bdx * bdy, batch * vectorize * held)
+        late = first < held and (over or (-(-geo.n_iter // bdy) > sms and (few or keeps_across_reductions(sub))))
 
     def blocks_for(late_loads: bool) -> int:
         """Blocks an SM, as many as what a thread holds at the start or across a reduction
@@ -432,6 +434,19 @@ PERSISTENT_LATE_LOADS = "kept"
 #: `ad4d13e`, LayerNorm bf16 µs 0 / 2: [2048, 16384] 47.2 / 49.3, [4096, 16384] 90.9 /
 #: 92.8, [4096, 12288] 71.5 / 73.1, [8192, 8192] 91.4 / 91.4), not yet swept on an H200
 LATE_LOADS_FEW_BLOCKS = 0
+#: "kept" also loads late where the inputs loaded early would need more registers than
+#: one block's threads can have (`fits_one_block`), however few the rows: a norm's weight
+#: and bias beside fp32 rows of 32768 take 1024 threads of 32 elements, each holding 96
+#: floats where 64 registers are all a thread of 1024 may take. ptxas sm_90, spill stores
+#: early -> late, the same on the H100 and H200 targets (the plans it changes among the
+#: fwd norms and softmax at rows of 1000 to 65536): LayerNorm fp32 [1024 | 100, 32768] 216
+#: -> 0 (64 registers), [1024, 24576] 96 -> 0, RMSNorm fp32 [1024 | 100, 32768] 48 -> 0,
+#: RMSNorm bf16 [128, 65536] 120 -> 0, LayerNorm bf16 [256, 49152] 144 -> 0, [128, 65536]
+#: 552 -> 176; dropout + add + LayerNorm [100, 32768] bf16 528 -> 288, fp32 720 -> 504.
+#: Early, LayerNorm fp32 [1024, 32768] ran at 185.5 us on an H100, 48% of copy (`bench
+#: --sweep welford_one_reduction_layernorm_fwd_fp32` at `95fb2b6`). Late: not yet timed
+#: (`bench --sweep persistent_late_loads_over_registers_*`); off until it is
+LATE_LOADS_OVER_REGISTERS = False
 
 
 #: an inner-persistent kernel that fits at most this many blocks an SM (0: never), over
@@ -581,10 +596,27 @@ def persistent_min_blocks(limits: DeviceLimits, threads: int, held_bytes: int) -
     took 47 registers (5 blocks of 256 threads per SM) and ran at 91% of copy on an H100;
     capped at 40 (6 blocks), 96.5%. A cap that makes the kernel spill is dropped when it
     is loaded (`GeneratedKernel.load`)."""
-    regs = -(-(held_bytes // 4 + PERSISTENT_OVERHEAD_REGISTERS) // 8) * 8  # allocated 8 at a time
+    regs = persistent_registers(held_bytes)
     blocks = min(limits.max_threads_per_sm // max(threads, 1), limits.registers_per_sm // (threads * regs),
                  limits.max_blocks_per_sm)
     return max(blocks, 1)
+
+
+#: registers one thread may address (sm_30 onwards)
+MAX_THREAD_REGISTERS = 255
+
+
+def persistent_registers(held_bytes: int) -> int:
+    """Registers a persistent kernel's thread takes to hold `held_bytes` of its row, with
+    PERSISTENT_OVERHEAD_REGISTERS more, as they are allocated (8 at a time)."""
+    return -(-(held_bytes // 4 + PERSISTENT_OVERHEAD_REGISTERS) // 8) * 8
+
+
+def fits_one_block(limits: DeviceLimits, threads: int, held_bytes: int) -> bool:
+    """Whether a block of `threads` threads, each holding `held_bytes` of its row, fits
+    the SM's registers without spilling (`persistent_registers` a thread)."""
+    regs = persistent_registers(held_bytes)
+    return regs <= MAX_THREAD_REGISTERS and threads * regs <= limits.registers_per_sm
 
 
 def geo_row_classes(sub: SubFusion, geo: ReductionGeometry) -> set[int]:
