@@ -188,6 +188,8 @@ def test_fits_one_block_counts_a_threads_registers_and_the_sms():
     ("layernorm_fwd_fp32", (2048, 24576), "late"),
     ("rmsnorm_fwd_fp32", (1024, 32768), "late"),
     ("layernorm_fwd_bf16", (256, 49152), "late"),
+    # (one wave of blocks: early without the switch, though it keeps its random numbers)
+    ("dropout_add_layernorm_fwd_fp32", (100, 16384), "late"),
     ("layernorm_fwd_fp32", (2048, 16384), "early"),  # 48 floats a thread: one block holds them
     ("layernorm_fwd_bf16", (1024, 32768), "early"),
     ("softmax_fwd_fp32", (1024, 32768), "early"),  # no input to load later
@@ -238,7 +240,8 @@ def test_rows_one_block_cannot_hold_simulate_to_the_reference(switches, dt, n):
 @pytest.mark.gpu
 @pytest.mark.parametrize("name,shape", [("layernorm_fwd_fp32", (1024, 32768)), ("layernorm_fwd_fp32", (100, 32768)),
                                         ("layernorm_fwd_fp32", (333, 24576)), ("rmsnorm_fwd_fp32", (1030, 32768)),
-                                        ("layernorm_fwd_bf16", (257, 49152))], ids=str)
+                                        ("layernorm_fwd_bf16", (257, 49152)),
+                                        ("dropout_add_layernorm_fwd_fp32", (100, 16384))], ids=str)
 def test_rows_one_block_cannot_hold_match_eager_on_the_gpu(switches, poisoned_kernel_outputs, name, shape):
     pytest.importorskip("pycuda")
     switches(normalization, PERSISTENT_LATE_LOADS="kept", LATE_LOADS_OVER_REGISTERS=True)

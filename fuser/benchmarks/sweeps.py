@@ -183,15 +183,17 @@ SWEEPS: tuple[Sweep, ...] = (
             (0, 2), f, ((2048, 16384), (4096, 16384), (4096, 12288), (8192, 8192)),
             "inner-persistent kernels also load late where loading early leaves at most this many blocks an SM")
       for f in ("layernorm_fwd_bf16", "rmsnorm_fwd_bf16", "layernorm_fwd_fp32", "rmsnorm_fwd_fp32")),
-    # (fp32 rows of 24576-32768 and bf16 ones of 49152-65536 beside a weight: more than one
-    # block of 1024 threads holds loading early)
+    # (fp32 rows of 24576-32768 and bf16 ones of 49152-65536 beside a weight, and fewer rows
+    # than SMs of dropout + add + LayerNorm fp32: more than one block of 1024 threads holds
+    # loading early)
     *(Sweep(f"persistent_late_loads_over_registers_{f}", "fuser.scheduler.normalization",
             "LATE_LOADS_OVER_REGISTERS", (False, True), f, shapes,
             "inner-persistent kernels also load late where the inputs loaded early need more registers than "
             "one block's threads can have")
       for f, shapes in (("layernorm_fwd_fp32", ((1024, 32768), (4096, 32768), (100, 32768), (2048, 24576))),
                         ("rmsnorm_fwd_fp32", ((1024, 32768), (4096, 32768), (100, 32768))),
-                        ("layernorm_fwd_bf16", ((256, 49152), (2048, 49152), (128, 65536))))),
+                        ("layernorm_fwd_bf16", ((256, 49152), (2048, 49152), (128, 65536))),
+                        ("dropout_add_layernorm_fwd_fp32", ((100, 16384), (50, 16384), (100, 32768))))),
     *(Sweep(f"persistent_cap_live_{f}", "fuser.scheduler.normalization", "PERSISTENT_CAP_LIVE", (False, True), f,
             NORM_SHAPES, "an inner-persistent kernel's register cap counts what it keeps live across each reduction "
             "(softmax's exp), not only the inputs it loads at the start")

@@ -442,7 +442,8 @@ LATE_LOADS_FEW_BLOCKS = 0
 #: fwd norms and softmax at rows of 1000 to 65536): LayerNorm fp32 [1024 | 100, 32768] 216
 #: -> 0 (64 registers), [1024, 24576] 96 -> 0, RMSNorm fp32 [1024 | 100, 32768] 48 -> 0,
 #: RMSNorm bf16 [128, 65536] 120 -> 0, LayerNorm bf16 [256, 49152] 144 -> 0, [128, 65536]
-#: 552 -> 176; dropout + add + LayerNorm [100, 32768] bf16 528 -> 288, fp32 720 -> 504.
+#: 552 -> 176; dropout + add + LayerNorm [100, 32768] bf16 528 -> 288, fp32 720 -> 504,
+#: fp32 [3 | 50 | 100, 16384] 304 -> 120.
 #: Early, LayerNorm fp32 [1024, 32768] ran at 185.5 us on an H100, 48% of copy (`bench
 #: --sweep welford_one_reduction_layernorm_fwd_fp32` at `95fb2b6`). Late: not yet timed
 #: (`bench --sweep persistent_late_loads_over_registers_*`); off until it is
