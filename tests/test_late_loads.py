@@ -14,7 +14,8 @@ from cuda_units import compile_all
 from fuser import DataType, FusionDefinition
 from fuser.lower import row_loop
 from fuser.scheduler import normalization
-from test_row_loop import CASES, GPU_CASES, _bench_code, _case_inputs, bench_case_ids, bench_case_on_gpu
+from test_row_loop import (CASES, GPU_CASES, _TDT, _bench_code, _case_inputs, _layernorm, bench_case_ids,
+                           bench_case_on_gpu)
 
 
 @pytest.fixture
@@ -219,7 +220,6 @@ def test_loading_late_spills_nothing_where_loading_early_spills(switches):
 @pytest.mark.parametrize("dt,n", [(DataType.Float, 32768), (DataType.BFloat16, 49152)])
 def test_rows_one_block_cannot_hold_simulate_to_the_reference(switches, dt, n):
     from kernel_sim import simulate_fusion
-    from test_row_loop import _TDT, _layernorm
 
     switches(normalization, PERSISTENT_LATE_LOADS="kept", LATE_LOADS_OVER_REGISTERS=True)
     torch.manual_seed(7)

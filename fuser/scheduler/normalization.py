@@ -369,7 +369,8 @@ def inner_persistent_heuristics(sub: SubFusion, geo: ReductionGeometry, vectoriz
                                              <= LATE_LOADS_FEW_BLOCKS)
         # (loaded early, a row that one block's registers cannot hold spills, however few the rows)
         over = LATE_LOADS_OVER_REGISTERS and not fits_one_block(info.device_limits, bdx * bdy, batch * vectorize * held)
-        late = first < held and (over or (-(-geo.n_iter // bdy) > sms and (few or keeps_across_reductions(sub))))
+        groups_past_sms = -(-geo.n_iter // bdy) > sms
+        late = first < held and (over or groups_past_sms and (few or keeps_across_reductions(sub)))
 
     def blocks_for(late_loads: bool) -> int:
         """Blocks an SM, as many as what a thread holds at the start or across a reduction
